@@ -1,0 +1,172 @@
+//! Token bucket: a bucket of `capacity` tokens, refilled continuously at `refill_rate`
+//! tokens/s up to `capacity`; a request is allowed if the bucket holds at least `cost`
+//! tokens, which it then takes. A new key starts full (CONTRACT §2).
+//!
+//! Units: tokens are counted in **micro-tokens** (1 token = 1,000,000 µtok) and time in
+//! **µs**, so `refill_rate` tokens/s is exactly `refill_rate` µtok/µs. State values stay
+//! integers below 2^53 (capacity ≤ 10^9 tokens), which doubles represent exactly; the
+//! only rounding is the `floor` of each refill, done identically in `lua/token_bucket.lua`.
+
+use super::Outcome;
+
+/// Micro-tokens per token.
+pub const MICRO: f64 = 1_000_000.0;
+
+/// Parameters of one bucket.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Params {
+    /// Bucket size in µtok (`capacity × 10^6`, or `capacity × 10^6 ÷ hosts` for a local
+    /// fallback bucket, floored).
+    pub capacity: f64,
+    /// Refill rate in tokens/s (= µtok/µs), > 0.
+    pub refill_rate: f64,
+}
+
+impl Params {
+    /// Parameters for `capacity` tokens refilled at `refill_rate` tokens/s, shared by
+    /// `hosts` hosts (each gets `capacity ÷ hosts` and `refill_rate ÷ hosts`).
+    pub fn shared(capacity: u64, refill_rate: f64, hosts: u32) -> Self {
+        let hosts = f64::from(hosts.max(1));
+        Params {
+            capacity: (capacity as f64 * MICRO / hosts).floor(),
+            refill_rate: refill_rate / hosts,
+        }
+    }
+
+    /// Whole tokens in the bucket when full (the `limit` field of replies).
+    pub fn limit(&self) -> u64 {
+        (self.capacity / MICRO).floor() as u64
+    }
+}
+
+/// What a bucket remembers between requests.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct State {
+    /// Tokens in the bucket at `ts`, in µtok (an integer-valued double).
+    pub tokens: f64,
+    /// When `tokens` was measured, µs on the deciding clock.
+    pub ts: f64,
+}
+
+/// Decides a request of `cost` tokens at `now` µs.
+///
+/// `state` is `None` for a key never seen (or expired: same thing, it is full). Returns
+/// the outcome and the state to store, or `None` when nothing changed (a DENY, or a
+/// cost of 0), which is what the Lua twin writes too. A clock that runs backwards is
+/// treated as standing still.
+pub fn decide(state: Option<State>, now: f64, p: &Params, cost: u64) -> (Outcome, Option<State>) {
+    let cap = p.capacity;
+    let rate = p.refill_rate;
+    let cost = cost as f64 * MICRO;
+    let mut now = now;
+    let mut tokens = cap;
+    if let Some(s) = state {
+        tokens = s.tokens;
+        if now < s.ts {
+            now = s.ts;
+        }
+        tokens = cap.min(tokens + ((now - s.ts) * rate).floor());
+    }
+    let allowed = tokens >= cost;
+    let mut wait = 0.0;
+    if allowed {
+        tokens -= cost;
+    } else {
+        wait = ((cost - tokens) / (rate * 1000.0)).ceil();
+    }
+    let reset = ((cap - tokens) / (rate * 1000.0)).ceil();
+    let outcome = Outcome {
+        allowed,
+        remaining: (tokens / MICRO).floor() as u64,
+        reset_ms: reset as u64,
+        wait_ms: wait as u64,
+    };
+    let write = allowed && cost > 0.0;
+    (outcome, write.then_some(State { tokens, ts: now }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const SEC: f64 = 1_000_000.0;
+
+    #[test]
+    fn burst_then_refill() {
+        let p = Params::shared(20, 10.0, 1);
+        let mut st = None;
+        for i in 0..20 {
+            let (o, s) = decide(st, 0.0, &p, 1);
+            assert!(o.allowed, "request {i}");
+            assert_eq!(o.remaining, 19 - i);
+            st = s;
+        }
+        let (o, s) = decide(st, 0.0, &p, 1);
+        assert!(!o.allowed);
+        assert_eq!(s, None);
+        assert_eq!(o.wait_ms, 100); // 1 token at 10/s
+        assert_eq!(o.reset_ms, 2000); // 20 tokens at 10/s
+        let (o, _) = decide(st, 0.099 * SEC, &p, 1);
+        assert!(!o.allowed);
+        assert_eq!(o.wait_ms, 1);
+        let (o, _) = decide(st, 0.1 * SEC, &p, 1);
+        assert!(o.allowed);
+    }
+
+    #[test]
+    fn cost_zero_reports_without_taking() {
+        let p = Params::shared(5, 1.0, 1);
+        let (o, s) = decide(None, 0.0, &p, 0);
+        assert_eq!((o.allowed, o.remaining, o.reset_ms, s), (true, 5, 0, None));
+    }
+
+    #[test]
+    fn shared_params_divide_capacity_and_rate() {
+        let p = Params::shared(20, 10.0, 4);
+        assert_eq!(p.limit(), 5);
+        assert_eq!(p.refill_rate, 2.5);
+        let p = Params::shared(3, 1.0, 4);
+        assert_eq!(p.limit(), 0); // 0.75 tokens: never a whole request; conservative
+    }
+
+    #[test]
+    fn clock_going_back_does_not_refill() {
+        let p = Params::shared(2, 1.0, 1);
+        let (_, s) = decide(None, 10.0 * SEC, &p, 2);
+        let (o, _) = decide(s, 5.0 * SEC, &p, 1);
+        assert!(!o.allowed);
+    }
+
+    proptest! {
+        /// Over any trace, admitted tokens never exceed capacity + rate × elapsed, and
+        /// `wait_ms` on a DENY is exactly when the same request turns into an ALLOW
+        /// (allowed at now + wait_ms, possibly denied 1 ms earlier).
+        #[test]
+        fn never_admits_more_than_capacity_plus_refill(
+            cap in 1u64..200, rate in 0.1f64..500.0,
+            steps in proptest::collection::vec((0u64..300_000, 0u64..10), 1..200)
+        ) {
+            let p = Params::shared(cap, rate, 1);
+            let (mut st, mut now, mut admitted) = (None, 0.0, 0u64);
+            for (dt, cost) in steps {
+                now += dt as f64;
+                let cost = cost.min(cap);
+                let (o, s) = decide(st, now, &p, cost);
+                if o.allowed {
+                    admitted += cost;
+                    if s.is_some() { st = s; }
+                } else {
+                    prop_assert!(o.wait_ms >= 1);
+                    let later = decide(st, now + o.wait_ms as f64 * 1000.0, &p, cost).0;
+                    prop_assert!(later.allowed, "not allowed after wait_ms {}", o.wait_ms);
+                    if o.wait_ms > 1 {
+                        let before = decide(st, now + (o.wait_ms - 2) as f64 * 1000.0, &p, cost).0;
+                        prop_assert!(!before.allowed);
+                    }
+                }
+                prop_assert!(admitted as f64 <= cap as f64 + rate * now / SEC + 1e-9);
+            }
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! The deny cache: recent DENY decisions from Redis, remembered per (rule, key).
+//!
+//! A hot key that Redis has just denied would be denied again until its `wait_ms` has
+//! passed, so the daemon answers it itself (`source = cache`) for
+//! `min(cache.ttl_ms, wait_ms)` and saves the round trip. Only DENY is cached, and only
+//! for requests of the same cost: a cached answer can never admit anything Redis would
+//! not, and stays exact for the cost it was computed for.
+
+use crate::protocol::{Decision, Source};
+use moka::sync::Cache;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    decision: Decision,
+    cost: u32,
+    at: Instant,
+    ttl: Duration,
+}
+
+/// Bounded map from `"<rule>:<key>"` to the last DENY Redis returned for it.
+#[derive(Clone)]
+pub struct DenyCache {
+    entries: Option<Cache<Box<str>, Entry>>,
+    ttl: Duration,
+}
+
+impl DenyCache {
+    /// A cache keeping each DENY at most `ttl_ms` ms (0 disables the cache) and at most
+    /// `max_entries` entries (moka's TinyLFU decides what to evict).
+    pub fn new(ttl_ms: u64, max_entries: u64) -> Self {
+        let ttl = Duration::from_millis(ttl_ms);
+        let entries = (ttl_ms > 0 && max_entries > 0).then(|| {
+            Cache::builder()
+                .max_capacity(max_entries)
+                .time_to_live(ttl)
+                .build()
+        });
+        DenyCache { entries, ttl }
+    }
+
+    /// Remembers `decision` (a DENY from Redis for `cost` units) under `tag` for
+    /// `min(ttl, wait_ms)`. ALLOWs and zero-wait decisions are ignored.
+    pub fn remember(&self, tag: &str, cost: u32, decision: &Decision) {
+        let Some(entries) = &self.entries else { return };
+        if decision.allowed || decision.wait_ms == 0 {
+            return;
+        }
+        let ttl = self.ttl.min(Duration::from_millis(decision.wait_ms));
+        entries.insert(
+            tag.into(),
+            Entry {
+                decision: *decision,
+                cost,
+                at: Instant::now(),
+                ttl,
+            },
+        );
+    }
+
+    /// The cached DENY for `tag` and `cost`, if one is fresh, with `reset_ms` and
+    /// `wait_ms` reduced by the time since Redis decided (ceil) and `source = cache`.
+    pub fn lookup(&self, tag: &str, cost: u32) -> Option<Decision> {
+        let entry = self.entries.as_ref()?.get(tag)?;
+        let elapsed = entry.at.elapsed();
+        if entry.cost != cost || elapsed >= entry.ttl {
+            return None;
+        }
+        let elapsed_ms = elapsed.as_millis() as u64;
+        let d = entry.decision;
+        Some(Decision {
+            reset_ms: d.reset_ms.saturating_sub(elapsed_ms),
+            wait_ms: d.wait_ms.saturating_sub(elapsed_ms).max(1),
+            source: Source::Cache,
+            ..d
+        })
+    }
+
+    /// Forgets everything (after a config reload changed the rules).
+    pub fn clear(&self) {
+        if let Some(entries) = &self.entries {
+            entries.invalidate_all();
+        }
+    }
+
+    /// Entries currently held (approximate, for logs and metrics).
+    pub fn len(&self) -> u64 {
+        self.entries.as_ref().map_or(0, |e| e.entry_count())
+    }
+
+    /// True when nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deny(wait_ms: u64) -> Decision {
+        Decision {
+            allowed: false,
+            limit: 10,
+            remaining: 0,
+            reset_ms: 1000,
+            wait_ms,
+            source: Source::Redis,
+        }
+    }
+
+    #[test]
+    fn remembers_denies_of_the_same_cost_only() {
+        let c = DenyCache::new(500, 100);
+        c.remember("r:k", 2, &deny(300));
+        let hit = c.lookup("r:k", 2).unwrap();
+        assert_eq!(hit.source, Source::Cache);
+        assert!(!hit.allowed && hit.wait_ms <= 300 && hit.wait_ms >= 1);
+        assert!(c.lookup("r:k", 1).is_none());
+        assert!(c.lookup("r:other", 2).is_none());
+    }
+
+    #[test]
+    fn never_caches_allow_and_expires_with_wait() {
+        let c = DenyCache::new(500, 100);
+        c.remember(
+            "r:a",
+            1,
+            &Decision {
+                allowed: true,
+                ..deny(0)
+            },
+        );
+        assert!(c.lookup("r:a", 1).is_none());
+        c.remember("r:b", 1, &deny(20));
+        std::thread::sleep(Duration::from_millis(25));
+        assert!(c.lookup("r:b", 1).is_none(), "kept past wait_ms");
+    }
+
+    #[test]
+    fn ttl_zero_disables() {
+        let c = DenyCache::new(0, 100);
+        c.remember("r:k", 1, &deny(300));
+        assert!(c.lookup("r:k", 1).is_none());
+    }
+}

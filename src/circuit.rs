@@ -1,0 +1,64 @@
+//! The circuit breaker between the daemon and Redis.
+//!
+//! Closed: decisions go to Redis. The first failed or timed-out Redis call opens it;
+//! from then on decisions are made locally at once (nobody waits on a dead Redis) while
+//! a background prober (see [`crate::store::redis::RedisStore::run_prober`]) tries Redis
+//! every [`PROBE_INTERVAL`] and closes the circuit as soon as Redis answers. Each
+//! transition is logged once, not per request.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// How often an open circuit probes Redis. With probes bounded by the Redis timeout,
+/// decisions return to Redis well within 1 s of Redis answering (CONTRACT §4).
+pub const PROBE_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Open/closed state shared by every connection.
+#[derive(Debug)]
+pub struct Circuit {
+    open: AtomicBool,
+    tripped: Notify,
+}
+
+impl Circuit {
+    /// A circuit in the given state (`open = true` until Redis has been seen working).
+    pub fn new(open: bool) -> Self {
+        Circuit {
+            open: AtomicBool::new(open),
+            tripped: Notify::new(),
+        }
+    }
+
+    /// True while decisions must not wait on Redis.
+    pub fn is_open(&self) -> bool {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Opens the circuit because of `why`; logs and wakes the prober only on the
+    /// closed → open transition.
+    pub fn trip(&self, why: &dyn std::fmt::Display) {
+        if !self.open.swap(true, Ordering::AcqRel) {
+            tracing::warn!(reason = %why, "Redis failed; circuit open: deciding locally per on_redis_failure until Redis answers again");
+            self.tripped.notify_one();
+        }
+    }
+
+    /// Closes the circuit (Redis answered a probe); logs only on open → closed.
+    pub fn close(&self) {
+        if self.open.swap(false, Ordering::AcqRel) {
+            tracing::info!("Redis answers again; circuit closed: decisions go to Redis");
+        }
+    }
+
+    /// Resolves when the circuit is open (at once if it already is).
+    pub async fn wait_open(&self) {
+        loop {
+            let notified = self.tripped.notified();
+            if self.is_open() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}

@@ -1,0 +1,642 @@
+//! The TOML configuration of CONTRACT §3, parsed with serde and validated in full.
+//!
+//! Unknown fields and bad values are errors that name the field and its line:
+//! single-value checks run inside deserialization (so `toml` reports the value's
+//! position), cross-field checks use [`toml::Spanned`] positions.
+
+use crate::algorithm::token_bucket;
+use serde::{de, Deserialize, Deserializer};
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use toml::Spanned;
+
+/// A configuration that could not be loaded: what is wrong, where.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Syntax error, unknown field or a bad single value (the message names the field;
+    /// `toml` prints its line and column).
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file (or `<string>`).
+        path: String,
+        /// `toml`'s message, with line, column and the offending text.
+        message: String,
+    },
+    /// A value that is wrong in relation to others.
+    #[error("{path}:{line}: {field}: {message}")]
+    Invalid {
+        /// The file (or `<string>`).
+        path: String,
+        /// 1-based line of the field (or of its table).
+        line: usize,
+        /// Dotted field name, e.g. `rule[2].refill_rate` or `redis.nodes`.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// `[server]`: the Unix socket the daemon serves.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Path of the Unix stream socket (its directory is created if missing).
+    pub socket: PathBuf,
+    /// Permission bits of the socket file, an octal string such as `"0660"`.
+    #[serde(deserialize_with = "de_mode")]
+    pub socket_mode: u32,
+    /// Longest request line in bytes, `\n` excluded (64..=1048576). Longer → `ERR TOO_LONG`.
+    #[serde(deserialize_with = "de_max_line")]
+    pub max_line_bytes: usize,
+    /// Requests of one connection decided concurrently at most (1..=65536); more wait
+    /// unread in the socket (backpressure).
+    #[serde(deserialize_with = "de_in_flight")]
+    pub max_in_flight: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            socket: PathBuf::from("/run/ratelimitd/ratelimitd.sock"),
+            socket_mode: 0o660,
+            max_line_bytes: 1024,
+            max_in_flight: 128,
+        }
+    }
+}
+
+/// Which Redis deployment holds the shared state.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RedisMode {
+    /// Redis Cluster; `nodes` are seed nodes, the rest is discovered.
+    Cluster,
+    /// One Redis server (`nodes` has exactly one entry).
+    Standalone,
+    /// No Redis: every decision is made by local buckets with the full limits.
+    None,
+}
+
+/// `[redis]`: where and how decisions are shared.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    /// `cluster`, `standalone` or `none` (default `none`).
+    pub mode: RedisMode,
+    /// `host:port` of the seed nodes.
+    pub nodes: Spanned<Vec<String>>,
+    /// A decision waits at most this long for Redis, ms (1..=60000).
+    #[serde(deserialize_with = "de_timeout")]
+    pub timeout_ms: u64,
+    /// First part of every Redis key: `<prefix>:{<rule>:<key>}`.
+    #[serde(deserialize_with = "de_prefix")]
+    pub prefix: String,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            mode: RedisMode::None,
+            nodes: Spanned::new(0..0, Vec::new()),
+            timeout_ms: 25,
+            prefix: "rl".into(),
+        }
+    }
+}
+
+/// `[cache]`: the deny cache.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// How long a DENY from Redis is remembered, ms, capped by its `wait_ms` (0 = off).
+    #[serde(deserialize_with = "de_ttl")]
+    pub ttl_ms: u64,
+    /// Most (rule, key) entries remembered (least useful evicted first).
+    pub max_entries: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            ttl_ms: 500,
+            max_entries: 100_000,
+        }
+    }
+}
+
+/// `[fallback]`: local buckets used when Redis is unreachable.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct FallbackConfig {
+    /// Hosts sharing each limit; with Redis down each host enforces `limit ÷ hosts`.
+    #[serde(deserialize_with = "de_hosts")]
+    pub hosts: u32,
+    /// Most keys with a local bucket (least useful evicted first; an evicted key starts
+    /// again full, so keep this above the number of active keys).
+    #[serde(deserialize_with = "de_max_keys")]
+    pub max_keys: u64,
+}
+
+impl Default for FallbackConfig {
+    fn default() -> Self {
+        FallbackConfig {
+            hosts: 1,
+            max_keys: 1_000_000,
+        }
+    }
+}
+
+/// What a rule does when Redis cannot decide.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnRedisFailure {
+    /// A local bucket with `limit ÷ hosts` (source `local`).
+    #[default]
+    Local,
+    /// Allow everything (source `fail_open`).
+    Allow,
+    /// Deny everything (source `fail_closed`).
+    Deny,
+}
+
+/// The algorithm names of CONTRACT §2.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum AlgorithmName {
+    /// Token bucket: `capacity`, `refill_rate`.
+    TokenBucket,
+    /// Leaky bucket: `capacity`, `leak_rate`.
+    LeakyBucket,
+    /// Fixed window: `limit`, `window`.
+    FixedWindow,
+    /// Sliding window log: `limit`, `window`.
+    SlidingWindowLog,
+    /// Sliding window counter: `limit`, `window`.
+    SlidingWindowCounter,
+}
+
+/// One `[[rule]]` table as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    name: Spanned<String>,
+    algorithm: Spanned<AlgorithmName>,
+    capacity: Option<Spanned<u64>>,
+    refill_rate: Option<Spanned<f64>>,
+    leak_rate: Option<Spanned<f64>>,
+    limit: Option<Spanned<u64>>,
+    window: Option<Spanned<String>>,
+    #[serde(default)]
+    on_redis_failure: OnRedisFailure,
+    fallback_hosts: Option<Spanned<u32>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    server: ServerConfig,
+    #[serde(default)]
+    redis: RedisConfig,
+    #[serde(default)]
+    cache: CacheConfig,
+    #[serde(default)]
+    fallback: FallbackConfig,
+    #[serde(default)]
+    rule: Vec<Spanned<RawRule>>,
+}
+
+/// How a rule decides.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Algorithm {
+    /// CONTRACT §2 `token_bucket`.
+    TokenBucket {
+        /// Tokens when full (≥ 1).
+        capacity: u64,
+        /// Tokens added per second (> 0).
+        refill_rate: f64,
+    },
+}
+
+/// A validated rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    /// The name clients send in `CHECK`.
+    pub name: String,
+    /// The algorithm and its parameters.
+    pub algorithm: Algorithm,
+    /// What to do when Redis cannot decide.
+    pub on_redis_failure: OnRedisFailure,
+    /// Hosts sharing the limit when falling back to local buckets.
+    pub fallback_hosts: u32,
+}
+
+impl Rule {
+    /// The capacity/limit: the `limit` field of replies and the largest possible cost.
+    pub fn limit(&self) -> u64 {
+        match self.algorithm {
+            Algorithm::TokenBucket { capacity, .. } => capacity,
+        }
+    }
+
+    /// Token-bucket parameters for a bucket shared by `hosts` hosts.
+    pub fn bucket_params(&self, hosts: u32) -> token_bucket::Params {
+        match self.algorithm {
+            Algorithm::TokenBucket {
+                capacity,
+                refill_rate,
+            } => token_bucket::Params::shared(capacity, refill_rate, hosts),
+        }
+    }
+}
+
+/// A complete, validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// `[server]`.
+    pub server: ServerConfig,
+    /// `[redis]`.
+    pub redis: RedisConfig,
+    /// `[cache]`.
+    pub cache: CacheConfig,
+    /// `[fallback]`.
+    pub fallback: FallbackConfig,
+    /// Rules by name.
+    pub rules: HashMap<String, Arc<Rule>>,
+}
+
+/// Largest capacity/limit accepted: keeps micro-token arithmetic exact in doubles.
+pub const MAX_CAPACITY: u64 = 1_000_000_000;
+
+impl Config {
+    /// Reads and validates the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates `text`; `origin` names it in errors (a path).
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_owned(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        let invalid = |span: Range<usize>, field: String, message: String| ConfigError::Invalid {
+            path: origin.to_owned(),
+            line: line_of(text, span.start),
+            field,
+            message,
+        };
+
+        let nodes = &raw.redis.nodes;
+        match raw.redis.mode {
+            RedisMode::None => {}
+            RedisMode::Cluster | RedisMode::Standalone if nodes.get_ref().is_empty() => {
+                return Err(invalid(
+                    nodes.span(),
+                    "redis.nodes".into(),
+                    "list at least one \"host:port\" when redis.mode is cluster or standalone"
+                        .into(),
+                ))
+            }
+            RedisMode::Standalone if nodes.get_ref().len() > 1 => {
+                return Err(invalid(
+                    nodes.span(),
+                    "redis.nodes".into(),
+                    "standalone mode takes exactly one \"host:port\"".into(),
+                ))
+            }
+            _ => {}
+        }
+        for node in nodes.get_ref() {
+            let ok = node.rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+            });
+            if !ok {
+                return Err(invalid(
+                    nodes.span(),
+                    "redis.nodes".into(),
+                    format!("'{node}' is not \"host:port\""),
+                ));
+            }
+        }
+
+        let mut rules = HashMap::new();
+        for (i, spanned) in raw.rule.iter().enumerate() {
+            let r = spanned.get_ref();
+            let field = |name: &str| format!("rule[{i}].{name}");
+            let name = r.name.get_ref();
+            if name.is_empty()
+                || name.len() > 64
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+            {
+                return Err(invalid(
+                    r.name.span(),
+                    field("name"),
+                    format!("'{name}' must be 1 to 64 characters of A-Z a-z 0-9 _ - ."),
+                ));
+            }
+            if rules.contains_key(name) {
+                return Err(invalid(
+                    r.name.span(),
+                    field("name"),
+                    format!("rule '{name}' is defined twice"),
+                ));
+            }
+            let algorithm = match r.algorithm.get_ref() {
+                AlgorithmName::TokenBucket => {
+                    for (present, extra) in [
+                        (r.leak_rate.as_ref().map(|s| s.span()), "leak_rate"),
+                        (r.limit.as_ref().map(|s| s.span()), "limit"),
+                        (r.window.as_ref().map(|s| s.span()), "window"),
+                    ] {
+                        if let Some(span) = present {
+                            return Err(invalid(
+                                span,
+                                field(extra),
+                                format!("token_bucket has no '{extra}' (it takes capacity and refill_rate)"),
+                            ));
+                        }
+                    }
+                    let capacity = r.capacity.as_ref().ok_or_else(|| {
+                        invalid(
+                            spanned.span(),
+                            field("capacity"),
+                            "token_bucket needs 'capacity' (tokens, integer ≥ 1)".into(),
+                        )
+                    })?;
+                    if !(1..=MAX_CAPACITY).contains(capacity.get_ref()) {
+                        return Err(invalid(
+                            capacity.span(),
+                            field("capacity"),
+                            format!("must be an integer from 1 to {MAX_CAPACITY}"),
+                        ));
+                    }
+                    let rate = r.refill_rate.as_ref().ok_or_else(|| {
+                        invalid(
+                            spanned.span(),
+                            field("refill_rate"),
+                            "token_bucket needs 'refill_rate' (tokens/s, > 0)".into(),
+                        )
+                    })?;
+                    let ok = rate.get_ref().is_finite() && (1e-6..=1e9).contains(rate.get_ref());
+                    if !ok {
+                        return Err(invalid(
+                            rate.span(),
+                            field("refill_rate"),
+                            "must be a number of tokens/s from 0.000001 to 1e9".into(),
+                        ));
+                    }
+                    Algorithm::TokenBucket {
+                        capacity: *capacity.get_ref(),
+                        refill_rate: *rate.get_ref(),
+                    }
+                }
+                other => {
+                    return Err(invalid(
+                        r.algorithm.span(),
+                        field("algorithm"),
+                        format!("{other:?} is not available in this version (use token_bucket)"),
+                    ))
+                }
+            };
+            let fallback_hosts = match &r.fallback_hosts {
+                Some(h) if *h.get_ref() == 0 => {
+                    return Err(invalid(
+                        h.span(),
+                        field("fallback_hosts"),
+                        "must be ≥ 1".into(),
+                    ))
+                }
+                Some(h) => *h.get_ref(),
+                None => raw.fallback.hosts,
+            };
+            rules.insert(
+                name.clone(),
+                Arc::new(Rule {
+                    name: name.clone(),
+                    algorithm,
+                    on_redis_failure: r.on_redis_failure,
+                    fallback_hosts,
+                }),
+            );
+        }
+        Ok(Config {
+            server: raw.server,
+            redis: raw.redis,
+            cache: raw.cache,
+            fallback: raw.fallback,
+            rules,
+        })
+    }
+
+    /// The per-decision Redis timeout.
+    pub fn redis_timeout(&self) -> Duration {
+        Duration::from_millis(self.redis.timeout_ms)
+    }
+}
+
+/// 1-based line number of byte `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+fn ranged<'de, D: Deserializer<'de>>(
+    d: D,
+    field: &str,
+    min: u64,
+    max: u64,
+) -> Result<u64, D::Error> {
+    let v = i64::deserialize(d)?;
+    if v < 0 || (v as u64) < min || (v as u64) > max {
+        return Err(de::Error::custom(format!(
+            "{field} must be an integer from {min} to {max} (got {v})"
+        )));
+    }
+    Ok(v as u64)
+}
+
+fn de_max_line<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    ranged(d, "server.max_line_bytes", 64, 1 << 20).map(|v| v as usize)
+}
+
+fn de_in_flight<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    ranged(d, "server.max_in_flight", 1, 65536).map(|v| v as usize)
+}
+
+fn de_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    ranged(d, "redis.timeout_ms", 1, 60_000)
+}
+
+fn de_ttl<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    ranged(d, "cache.ttl_ms", 0, 3_600_000)
+}
+
+fn de_hosts<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    ranged(d, "fallback.hosts", 1, 10_000).map(|v| v as u32)
+}
+
+fn de_max_keys<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    ranged(d, "fallback.max_keys", 1, 1 << 40)
+}
+
+fn de_mode<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    struct ModeVisitor;
+    impl de::Visitor<'_> for ModeVisitor {
+        type Value = u32;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("server.socket_mode as an octal string such as \"0660\"")
+        }
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<u32, E> {
+            match u32::from_str_radix(s, 8) {
+                Ok(m) if !s.is_empty() && m <= 0o777 => Ok(m),
+                _ => Err(E::custom(format!(
+                    "server.socket_mode must be an octal string from \"0000\" to \"0777\" (got \"{s}\")"
+                ))),
+            }
+        }
+    }
+    d.deserialize_str(ModeVisitor)
+}
+
+fn de_prefix<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    if s.is_empty()
+        || s.len() > 64
+        || !s
+            .bytes()
+            .all(|b| (0x21..=0x7e).contains(&b) && b != b'{' && b != b'}')
+    {
+        return Err(de::Error::custom(format!(
+            "redis.prefix must be 1 to 64 printable characters without spaces or braces (got \"{s}\")"
+        )));
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[server]
+socket = "/tmp/x.sock"
+socket_mode = "0600"
+
+[redis]
+mode = "cluster"
+nodes = ["127.0.0.1:7000", "127.0.0.1:7001"]
+timeout_ms = 30
+
+[[rule]]
+name = "rides_request"
+algorithm = "token_bucket"
+capacity = 20
+refill_rate = 10.0
+on_redis_failure = "deny"
+fallback_hosts = 2
+"#;
+
+    fn err(text: &str) -> String {
+        Config::parse(text, "t.toml").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn parses_a_full_config() {
+        let c = Config::parse(GOOD, "t.toml").unwrap();
+        assert_eq!(c.server.socket_mode, 0o600);
+        assert_eq!(c.server.max_line_bytes, 1024);
+        assert_eq!(c.redis.mode, RedisMode::Cluster);
+        assert_eq!(c.redis.timeout_ms, 30);
+        let r = &c.rules["rides_request"];
+        assert_eq!(r.limit(), 20);
+        assert_eq!(r.on_redis_failure, OnRedisFailure::Deny);
+        assert_eq!(r.fallback_hosts, 2);
+    }
+
+    #[test]
+    fn empty_config_is_local_only() {
+        let c = Config::parse("", "t.toml").unwrap();
+        assert_eq!(c.redis.mode, RedisMode::None);
+        assert!(c.rules.is_empty());
+    }
+
+    #[test]
+    fn misspelt_field_is_named_with_its_line() {
+        let e = err(&GOOD.replace("refill_rate", "refil_rate"));
+        assert!(e.contains("refil_rate") && e.contains("line 15"), "{e}");
+        let e = err(&GOOD.replace("timeout_ms", "timeout"));
+        assert!(e.contains("timeout") && e.contains("line 9"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_named_with_their_line() {
+        for (from, to, field, line) in [
+            ("capacity = 20", "capacity = 0", "rule[0].capacity", 14),
+            (
+                "refill_rate = 10.0",
+                "refill_rate = 0.0",
+                "rule[0].refill_rate",
+                15,
+            ),
+            ("timeout_ms = 30", "timeout_ms = 0", "redis.timeout_ms", 9),
+            ("\"0600\"", "\"0999\"", "server.socket_mode", 4),
+            (
+                "fallback_hosts = 2",
+                "fallback_hosts = 0",
+                "rule[0].fallback_hosts",
+                17,
+            ),
+            ("\"127.0.0.1:7001\"", "\"nope\"", "redis.nodes", 8),
+            (
+                "refill_rate = 10.0",
+                "window = \"1s\"",
+                "rule[0].window",
+                15,
+            ),
+            ("rides_request", "bad name", "rule[0].name", 12),
+            ("\"deny\"", "\"maybe\"", "maybe", 16),
+        ] {
+            let e = err(&GOOD.replace(from, to));
+            assert!(e.contains(field), "{field}: {e}");
+            assert!(
+                e.contains(&format!("line {line}")) || e.contains(&format!(":{line}:")),
+                "{field} line {line}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn missing_parameter_and_duplicate_rule() {
+        let e = err(&GOOD.replace("refill_rate = 10.0\n", ""));
+        assert!(e.contains("rule[0].refill_rate"), "{e}");
+        let twice = format!("{GOOD}\n[[rule]]\nname = \"rides_request\"\nalgorithm = \"token_bucket\"\ncapacity = 1\nrefill_rate = 1.0\n");
+        assert!(err(&twice).contains("defined twice"));
+        let none_nodes = GOOD.replace(
+            "nodes = [\"127.0.0.1:7000\", \"127.0.0.1:7001\"]",
+            "nodes = []",
+        );
+        assert!(err(&none_nodes).contains("redis.nodes"));
+    }
+}

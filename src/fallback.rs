@@ -1,0 +1,135 @@
+//! Decisions made without Redis: local token buckets, fail-open and fail-closed.
+//!
+//! Used for every decision when `redis.mode = "none"` (full limits, one host), and when
+//! Redis cannot decide, per the rule's `on_redis_failure`:
+//! * `local`: a local bucket with `capacity ÷ hosts` and `refill_rate ÷ hosts`, so
+//!   `hosts` daemons together stay within the global limit (source `local`);
+//! * `allow`: ALLOW (source `fail_open`);
+//! * `deny`: DENY (source `fail_closed`).
+
+use crate::algorithm::token_bucket::{self, State};
+use crate::config::{OnRedisFailure, Rule};
+use crate::protocol::{Decision, Source};
+use moka::sync::Cache;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// `wait_ms`/`reset_ms` of a `fail_closed` DENY: about when the circuit is probed again.
+pub const FAIL_CLOSED_RETRY_MS: u64 = 1000;
+
+/// Token buckets kept in this process, keyed by `"<rule>:<key>"`, bounded in number.
+pub struct LocalBuckets {
+    buckets: Cache<Box<str>, Arc<Mutex<Option<State>>>>,
+    epoch: Instant,
+}
+
+impl LocalBuckets {
+    /// Room for `max_keys` buckets; beyond that moka evicts the least useful (an evicted
+    /// key starts again full).
+    pub fn new(max_keys: u64) -> Self {
+        LocalBuckets {
+            buckets: Cache::builder().max_capacity(max_keys).build(),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Decides `cost` units for `tag` on this process's monotonic clock.
+    pub fn decide(&self, tag: &str, params: &token_bucket::Params, cost: u32) -> Decision {
+        let bucket = match self.buckets.get(tag) {
+            Some(b) => b,
+            None => self
+                .buckets
+                .get_with(tag.into(), || Arc::new(Mutex::new(None))),
+        };
+        let now = self.epoch.elapsed().as_micros() as f64;
+        let mut state = bucket
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (outcome, new_state) = token_bucket::decide(*state, now, params, u64::from(cost));
+        if new_state.is_some() {
+            *state = new_state;
+        }
+        Decision {
+            allowed: outcome.allowed,
+            limit: params.limit(),
+            remaining: outcome.remaining,
+            reset_ms: outcome.reset_ms,
+            wait_ms: outcome.wait_ms,
+            source: Source::Local,
+        }
+    }
+
+    /// Buckets currently held (approximate).
+    pub fn len(&self) -> u64 {
+        self.buckets.entry_count()
+    }
+
+    /// True when no bucket is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The decision for a request Redis could not decide, per `rule.on_redis_failure`.
+pub fn decide_without_redis(local: &LocalBuckets, rule: &Rule, tag: &str, cost: u32) -> Decision {
+    let limit = rule.limit();
+    match rule.on_redis_failure {
+        OnRedisFailure::Local => local.decide(tag, &rule.bucket_params(rule.fallback_hosts), cost),
+        OnRedisFailure::Allow => Decision {
+            allowed: true,
+            limit,
+            remaining: limit - u64::from(cost).min(limit),
+            reset_ms: 0,
+            wait_ms: 0,
+            source: Source::FailOpen,
+        },
+        OnRedisFailure::Deny => Decision {
+            allowed: false,
+            limit,
+            remaining: 0,
+            reset_ms: FAIL_CLOSED_RETRY_MS,
+            wait_ms: FAIL_CLOSED_RETRY_MS,
+            source: Source::FailClosed,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Algorithm;
+
+    fn rule(on: OnRedisFailure, hosts: u32) -> Rule {
+        Rule {
+            name: "r".into(),
+            algorithm: Algorithm::TokenBucket {
+                capacity: 20,
+                refill_rate: 0.001,
+            },
+            on_redis_failure: on,
+            fallback_hosts: hosts,
+        }
+    }
+
+    #[test]
+    fn local_fallback_enforces_limit_divided_by_hosts() {
+        let local = LocalBuckets::new(100);
+        let r = rule(OnRedisFailure::Local, 4);
+        let allowed = (0..20)
+            .filter(|_| decide_without_redis(&local, &r, "r:k", 1).allowed)
+            .count();
+        assert_eq!(allowed, 5);
+        let d = decide_without_redis(&local, &r, "r:k", 1);
+        assert_eq!((d.limit, d.source), (5, Source::Local));
+    }
+
+    #[test]
+    fn fail_open_and_fail_closed() {
+        let local = LocalBuckets::new(100);
+        let d = decide_without_redis(&local, &rule(OnRedisFailure::Allow, 1), "r:k", 3);
+        assert!(d.allowed && d.source == Source::FailOpen && d.remaining == 17);
+        let d = decide_without_redis(&local, &rule(OnRedisFailure::Deny, 1), "r:k", 3);
+        assert!(!d.allowed && d.source == Source::FailClosed && d.wait_ms > 0);
+        assert!(local.is_empty());
+    }
+}

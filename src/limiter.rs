@@ -1,0 +1,187 @@
+//! The decision flow for one request line: parse, resolve the rule, then answer from
+//! the deny cache, Redis, or the fallback (CONTRACT §1, §4).
+//!
+//! ```text
+//! CHECK ─ rule? ─ cost ≤ limit? ─┬─ mode none ──────────────► local bucket (full limit)
+//!                                ├─ cached DENY ────────────► cache
+//!                                ├─ circuit open ───────────► on_redis_failure
+//!                                └─ EVALSHA within timeout ─┬► redis (DENY → cache)
+//!                                                           └► trip circuit, on_redis_failure
+//! ```
+
+use crate::cache::DenyCache;
+use crate::circuit::Circuit;
+use crate::config::{Config, Rule};
+use crate::fallback::{decide_without_redis, LocalBuckets};
+use crate::protocol::{self, Decision, ErrorCode, ProtoError, Reply, Request, Source};
+use crate::store::redis::RedisStore;
+use arc_swap::ArcSwap;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// The rules in force; swapped whole on reload, so a request sees one version.
+pub type Rules = HashMap<String, Arc<Rule>>;
+
+/// Everything a decision needs, shared by all connections.
+pub struct Limiter {
+    rules: ArcSwap<Rules>,
+    cache: DenyCache,
+    local: LocalBuckets,
+    redis: Option<Arc<RedisStore>>,
+    circuit: Arc<Circuit>,
+    timeout: Duration,
+}
+
+/// A reply on its way: ready now, or waiting on Redis (bounded by the Redis timeout).
+pub enum Pending {
+    /// Decided without I/O.
+    Ready(Option<Reply>),
+    /// A Redis decision in flight.
+    Redis(Pin<Box<dyn Future<Output = Reply> + Send>>),
+}
+
+impl Future for Pending {
+    type Output = Reply;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Reply> {
+        match self.get_mut() {
+            Pending::Ready(reply) => Poll::Ready(reply.take().unwrap_or_else(|| {
+                ProtoError::new(ErrorCode::Internal, "reply polled twice").into()
+            })),
+            Pending::Redis(fut) => fut.as_mut().poll(cx),
+        }
+    }
+}
+
+impl Limiter {
+    /// A limiter for `config`. `redis` is `None` in `mode = "none"`; `circuit` is shared
+    /// with the Redis prober.
+    pub fn new(config: &Config, redis: Option<Arc<RedisStore>>, circuit: Arc<Circuit>) -> Self {
+        Limiter {
+            rules: ArcSwap::from_pointee(config.rules.clone()),
+            cache: DenyCache::new(config.cache.ttl_ms, config.cache.max_entries),
+            local: LocalBuckets::new(config.fallback.max_keys),
+            redis,
+            circuit,
+            timeout: config.redis_timeout(),
+        }
+    }
+
+    /// Puts `rules` in force for requests that start from now on; in-flight requests
+    /// finish under the rules they started with. Clears the deny cache.
+    pub fn replace_rules(&self, rules: Rules) {
+        self.rules.store(Arc::new(rules));
+        self.cache.clear();
+    }
+
+    /// The circuit between this limiter and Redis.
+    pub fn circuit(&self) -> &Arc<Circuit> {
+        &self.circuit
+    }
+
+    /// Answers one request line (terminator removed). The `bool` is true for `QUIT`:
+    /// the connection closes after this reply.
+    pub fn handle(self: &Arc<Self>, line: &[u8]) -> (Pending, bool) {
+        match protocol::parse(line) {
+            Ok(Request::Check { rule, key, cost }) => (self.check(rule, key, cost), false),
+            Ok(Request::Ping) => (Pending::Ready(Some(Reply::Pong)), false),
+            Ok(Request::Quit) => (Pending::Ready(Some(Reply::Bye)), true),
+            Err(e) => (Pending::Ready(Some(e.into())), false),
+        }
+    }
+
+    /// Decides `CHECK rule key cost` (key and cost already valid per the protocol).
+    pub fn check(self: &Arc<Self>, rule: &[u8], key: &[u8], cost: u32) -> Pending {
+        let ready = |reply: Reply| Pending::Ready(Some(reply));
+        let rules = self.rules.load();
+        let Some(rule) = std::str::from_utf8(rule)
+            .ok()
+            .and_then(|name| rules.get(name))
+        else {
+            return ready(
+                ProtoError::new(
+                    ErrorCode::Rule,
+                    format!("unknown rule '{}'", protocol::printable(rule, 64)),
+                )
+                .into(),
+            );
+        };
+        if u64::from(cost) > rule.limit() {
+            return ready(
+                ProtoError::new(
+                    ErrorCode::Cost,
+                    format!(
+                        "cost {cost} exceeds rule '{}' limit {} and can never be allowed",
+                        rule.name,
+                        rule.limit()
+                    ),
+                )
+                .into(),
+            );
+        }
+        // Key bytes are printable ASCII (checked by the parser), so this is UTF-8.
+        let key = String::from_utf8_lossy(key);
+        let mut tag = String::with_capacity(rule.name.len() + 1 + key.len());
+        tag.push_str(&rule.name);
+        tag.push(':');
+        tag.push_str(&key);
+
+        let Some(redis) = &self.redis else {
+            return ready(Reply::Decision(self.local.decide(
+                &tag,
+                &rule.bucket_params(1),
+                cost,
+            )));
+        };
+        if let Some(cached) = self.cache.lookup(&tag, cost) {
+            return ready(Reply::Decision(cached));
+        }
+        if self.circuit.is_open() {
+            return ready(Reply::Decision(decide_without_redis(
+                &self.local,
+                rule,
+                &tag,
+                cost,
+            )));
+        }
+        let this = Arc::clone(self);
+        let redis = Arc::clone(redis);
+        let rule = Arc::clone(rule);
+        Pending::Redis(Box::pin(async move {
+            let params = rule.bucket_params(1);
+            let decision =
+                match tokio::time::timeout(this.timeout, redis.token_bucket(&tag, &params, cost))
+                    .await
+                {
+                    Ok(Ok(o)) => {
+                        let d = Decision {
+                            allowed: o.allowed,
+                            limit: rule.limit(),
+                            remaining: o.remaining,
+                            reset_ms: o.reset_ms,
+                            wait_ms: o.wait_ms,
+                            source: Source::Redis,
+                        };
+                        this.cache.remember(&tag, cost, &d);
+                        d
+                    }
+                    Ok(Err(e)) => {
+                        this.circuit.trip(&e);
+                        decide_without_redis(&this.local, &rule, &tag, cost)
+                    }
+                    Err(_) => {
+                        this.circuit.trip(&format_args!(
+                            "no answer within redis.timeout_ms = {}",
+                            this.timeout.as_millis()
+                        ));
+                        decide_without_redis(&this.local, &rule, &tag, cost)
+                    }
+                };
+            Reply::Decision(decision)
+        }))
+    }
+}

@@ -1,0 +1,206 @@
+//! The Redis client: runs the algorithms' Lua scripts with EVALSHA in Redis Cluster or a
+//! standalone Redis, through fred.
+//!
+//! * Scripts are loaded on every primary (`SCRIPT LOAD` via fred's
+//!   `script_load_cluster`) at start and by every probe, and re-loaded on `NOSCRIPT`
+//!   (after a restart, a failover or `SCRIPT FLUSH`) before one retry.
+//! * Keys are `<prefix>:{<rule>:<key>}`: the hash tag puts all of a bucket in one slot.
+//! * fred pipelines concurrent commands on its connections by itself; callers simply
+//!   run decisions concurrently.
+//! * Time bounds: fred ignores per-command options on EVALSHA (fred issue #353), so the
+//!   caller bounds each decision with `tokio::time::timeout`; fred's own
+//!   `default_command_timeout` is a backstop that frees commands queued while Redis is
+//!   away. fred's default reconnect policy is none: we set a constant one.
+
+use crate::algorithm::{token_bucket, Outcome};
+use crate::circuit::{Circuit, PROBE_INTERVAL};
+use crate::config::{RedisConfig, RedisMode};
+use fred::prelude::*;
+use fred::types::config::UnresponsiveConfig;
+use fred::types::scripts::Script;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The token bucket script (see the file for its arguments and reply).
+pub const TOKEN_BUCKET_LUA: &str = include_str!("../../lua/token_bucket.lua");
+
+/// Delay between reconnection attempts, ms.
+const RECONNECT_DELAY_MS: u32 = 100;
+
+/// A connection (pool) to Redis plus the loaded scripts.
+pub struct RedisStore {
+    client: Client,
+    token_bucket: Script,
+    prefix: String,
+    clustered: bool,
+    probe_timeout: Duration,
+}
+
+impl RedisStore {
+    /// Builds the client for `cfg` (`mode` must be `cluster` or `standalone`). Does not
+    /// connect: see [`RedisStore::connect`].
+    ///
+    /// # Errors
+    /// A node that is not `host:port`, or a mode of `none`.
+    pub fn new(cfg: &RedisConfig) -> Result<Self, Error> {
+        let mut hosts = Vec::new();
+        for node in cfg.nodes.get_ref() {
+            let (host, port) = node
+                .rsplit_once(':')
+                .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
+                .ok_or_else(|| {
+                    Error::new(ErrorKind::Config, format!("redis.nodes: bad node '{node}'"))
+                })?;
+            hosts.push((host, port));
+        }
+        let server = match cfg.mode {
+            RedisMode::Cluster => ServerConfig::new_clustered(hosts),
+            RedisMode::Standalone if hosts.len() == 1 => {
+                let (host, port) = hosts.remove(0);
+                ServerConfig::new_centralized(host, port)
+            }
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::Config,
+                    "redis.mode needs one node (standalone) or seed nodes (cluster)",
+                ))
+            }
+        };
+        let timeout = Duration::from_millis(cfg.timeout_ms);
+        let probe_timeout =
+            (timeout * 4).clamp(Duration::from_millis(250), Duration::from_millis(700));
+        let config = Config {
+            server,
+            // Keep trying to connect in the background; never fail a caller on connect.
+            fail_fast: false,
+            ..Config::default()
+        };
+        let client = Builder::from_config(config)
+            .with_performance_config(|perf| {
+                perf.default_command_timeout = Duration::from_secs(1).max(timeout * 2);
+            })
+            .with_connection_config(|conn| {
+                conn.connection_timeout = Duration::from_secs(1);
+                conn.internal_command_timeout = Duration::from_secs(1);
+                // A frozen server (SIGSTOP, a long script) accepts bytes but never answers:
+                // drop such connections and reconnect.
+                conn.unresponsive = UnresponsiveConfig {
+                    max_timeout: Some(Duration::from_secs(2)),
+                    interval: Duration::from_millis(100),
+                };
+                // Bound what queues up while disconnected.
+                conn.max_command_buffer_len = 100_000;
+            })
+            .set_policy(ReconnectPolicy::new_constant(0, RECONNECT_DELAY_MS))
+            .build()?;
+        Ok(RedisStore {
+            client,
+            token_bucket: Script::from_lua(TOKEN_BUCKET_LUA),
+            prefix: cfg.prefix.clone(),
+            clustered: cfg.mode == RedisMode::Cluster,
+            probe_timeout,
+        })
+    }
+
+    /// Starts fred's connection task (reconnecting forever in the background).
+    pub fn connect(&self) {
+        // The task runs until the client quits; its result only reports why it ended.
+        drop(self.client.connect());
+    }
+
+    /// The Redis key of a bucket: `<prefix>:{<tag>}` where `tag` is `"<rule>:<key>"`.
+    pub fn key(&self, tag: &str) -> String {
+        let mut key = String::with_capacity(self.prefix.len() + tag.len() + 3);
+        key.push_str(&self.prefix);
+        key.push_str(":{");
+        key.push_str(tag);
+        key.push('}');
+        key
+    }
+
+    /// Runs the token bucket script for `tag`: `cost` tokens under `params`, on the
+    /// Redis clock. Re-loads the script and retries once on `NOSCRIPT`.
+    ///
+    /// # Errors
+    /// Whatever Redis or the connection reports (down, OOM, cluster down, ...), or a
+    /// malformed script reply.
+    pub async fn token_bucket(
+        &self,
+        tag: &str,
+        params: &token_bucket::Params,
+        cost: u32,
+    ) -> Result<Outcome, Error> {
+        let args = vec![
+            format!("{:.0}", params.capacity),
+            params.refill_rate.to_string(),
+            format!("{:.0}", f64::from(cost) * token_bucket::MICRO),
+        ];
+        let reply: Vec<i64> = self
+            .token_bucket
+            .evalsha_with_reload(&self.client, self.key(tag), args)
+            .await?;
+        outcome(&reply)
+    }
+
+    /// Loads every script on every primary.
+    pub async fn load_scripts(&self) -> Result<(), Error> {
+        self.token_bucket.load(&self.client).await
+    }
+
+    /// One health check: refresh the cluster map (cluster mode), load the scripts on
+    /// every primary, run the token bucket script with cost 0 (writes nothing).
+    pub async fn probe(&self) -> Result<(), Error> {
+        if self.clustered {
+            self.client.sync_cluster().await?;
+        }
+        self.load_scripts().await?;
+        let params = token_bucket::Params::shared(1, 1.0, 1);
+        self.token_bucket("__probe__:__probe__", &params, 0).await?;
+        Ok(())
+    }
+
+    /// [`RedisStore::probe`] bounded by the probe timeout.
+    pub async fn probe_bounded(&self) -> Result<(), String> {
+        match tokio::time::timeout(self.probe_timeout, self.probe()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {:?}", self.probe_timeout)),
+        }
+    }
+
+    /// Forever: whenever `circuit` is open, probe Redis every [`PROBE_INTERVAL`] and
+    /// close the circuit when a probe succeeds.
+    pub async fn run_prober(self: Arc<Self>, circuit: Arc<Circuit>) {
+        loop {
+            circuit.wait_open().await;
+            let mut last_error = String::new();
+            while circuit.is_open() {
+                tokio::time::sleep(PROBE_INTERVAL).await;
+                match self.probe_bounded().await {
+                    Ok(()) => circuit.close(),
+                    Err(e) => {
+                        if e != last_error {
+                            tracing::debug!(error = %e, "Redis probe failed");
+                            last_error = e;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn outcome(reply: &[i64]) -> Result<Outcome, Error> {
+    match *reply {
+        [allowed, remaining, reset_ms, wait_ms] => Ok(Outcome {
+            allowed: allowed == 1,
+            remaining: remaining.max(0) as u64,
+            reset_ms: reset_ms.max(0) as u64,
+            wait_ms: wait_ms.max(0) as u64,
+        }),
+        _ => Err(Error::new(
+            ErrorKind::Parse,
+            format!("script returned {reply:?}, expected 4 integers"),
+        )),
+    }
+}
