@@ -119,8 +119,8 @@ pub async fn serve(
 /// One client connection: read lines, decide concurrently, reply in order.
 ///
 /// Ends on EOF (after answering every line, a last one without `\n` included), after
-/// `QUIT` (answered `BYE`), or on shutdown (after answering every complete line already
-/// received).
+/// `QUIT` (answered `BYE`), or on shutdown (after answering every complete line the
+/// client had sent, as far as it can be read without waiting).
 async fn connection(
     mut stream: UnixStream,
     limiter: Arc<Limiter>,
@@ -135,9 +135,15 @@ async fn connection(
     let mut eof = false;
     let mut quit = false;
     let mut stopping = false;
+    let mut drained = false;
     loop {
         // Turn buffered lines into requests, up to the in-flight bound.
-        while !quit && pending.len() < limits.max_in_flight {
+        let mut at_bound = false;
+        while !quit {
+            if pending.len() >= limits.max_in_flight {
+                at_bound = true;
+                break;
+            }
             let frame = if eof {
                 decoder.decode_eof(&mut rbuf)?
             } else {
@@ -169,11 +175,28 @@ async fn connection(
             wr.write_all(&wbuf).await?;
             wbuf.clear();
         }
-        let input_closed = eof || quit || stopping;
+        if at_bound && pending.len() < limits.max_in_flight {
+            // Decoding stopped at the bound and replies have made room: lines may
+            // still be waiting in the buffer, decode them before reading more.
+            continue;
+        }
+        if stopping && !drained && !eof && !quit && pending.len() < limits.max_in_flight {
+            // Shutting down: still answer what the client sent before it, i.e. what
+            // can be read without waiting; stop at the first read that would block.
+            rbuf.reserve(4096);
+            match rd.try_read_buf(&mut rbuf) {
+                Ok(0) => eof = true,
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => drained = true,
+                Err(e) => return Err(e),
+            }
+            continue;
+        }
+        let input_closed = eof || quit || drained;
         if input_closed && pending.is_empty() {
             return Ok(());
         }
-        let can_read = !input_closed && pending.len() < limits.max_in_flight;
+        let can_read = !input_closed && !stopping && pending.len() < limits.max_in_flight;
         if can_read {
             rbuf.reserve(4096);
         }
