@@ -308,3 +308,28 @@ refill_rate = 0.001
         d.log()
     );
 }
+
+#[test]
+fn sighup_reloads_rules_and_keeps_them_on_a_broken_file() {
+    let d = Daemon::start(LOCAL);
+    let mut c = d.connect();
+    assert!(c.request("CHECK api r1").starts_with("ALLOW 10 9 "));
+    // A changed limit applies to new decisions; the connection stays open.
+    d.write_config(&LOCAL.replace("capacity = 10", "capacity = 3"));
+    d.signal(libc::SIGHUP);
+    assert!(
+        wait_until(Duration::from_secs(5), || c
+            .request("CHECK api r2")
+            .starts_with("ALLOW 3 ")),
+        "{}",
+        d.log()
+    );
+    // A broken file is logged with its field, and the rules in force stay.
+    d.write_config(&LOCAL.replace("capacity = 10", "capacity = -1"));
+    d.signal(libc::SIGHUP);
+    assert!(wait_until(Duration::from_secs(5), || d
+        .log()
+        .contains("old one stays")));
+    assert!(d.log().contains("capacity"), "{}", d.log());
+    assert!(c.request("CHECK api r3").starts_with("ALLOW 3 2 "));
+}
