@@ -11,6 +11,9 @@
 --
 -- A new or expired key is full. The key expires 1 s after it would be full again, when
 -- it is indistinguishable from a missing one; a DENY or a cost of 0 writes nothing.
+-- Numbers passed to redis.call are formatted with %.0f: Redis would print large ones
+-- as 1e+17, which HSET would store inexactly and PEXPIRE would reject.
+-- Needs Redis >= 5 (script effects replication, so TIME may precede writes).
 local cap = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
@@ -45,6 +48,6 @@ local reset = math.ceil((cap - tokens) / (rate * 1000))
 
 if allowed == 1 and cost > 0 then
   redis.call('HSET', KEYS[1], 't', string.format('%.0f', tokens), 'ts', string.format('%.0f', now))
-  redis.call('PEXPIRE', KEYS[1], reset + 1000)
+  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', reset + 1000))
 end
 return {allowed, math.floor(tokens / 1000000), reset, wait}

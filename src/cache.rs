@@ -39,9 +39,10 @@ impl DenyCache {
         DenyCache { entries, ttl }
     }
 
-    /// Remembers `decision` (a DENY from Redis for `cost` units) under `tag` for
-    /// `min(ttl, wait_ms)`. ALLOWs and zero-wait decisions are ignored.
-    pub fn remember(&self, tag: &str, cost: u32, decision: &Decision) {
+    /// Remembers `decision` (a DENY from Redis for `cost` units, asked at `asked`)
+    /// under `tag` for `min(ttl, wait_ms)` from `asked`, so it never outlives Redis's own
+    /// `wait_ms`. ALLOWs and zero-wait decisions are ignored.
+    pub fn remember(&self, tag: &str, cost: u32, decision: &Decision, asked: Instant) {
         let Some(entries) = &self.entries else { return };
         if decision.allowed || decision.wait_ms == 0 {
             return;
@@ -52,7 +53,7 @@ impl DenyCache {
             Entry {
                 decision: *decision,
                 cost,
-                at: Instant::now(),
+                at: asked,
                 ttl,
             },
         );
@@ -112,7 +113,7 @@ mod tests {
     #[test]
     fn remembers_denies_of_the_same_cost_only() {
         let c = DenyCache::new(500, 100);
-        c.remember("r:k", 2, &deny(300));
+        c.remember("r:k", 2, &deny(300), Instant::now());
         let hit = c.lookup("r:k", 2).unwrap();
         assert_eq!(hit.source, Source::Cache);
         assert!(!hit.allowed && hit.wait_ms <= 300 && hit.wait_ms >= 1);
@@ -130,9 +131,10 @@ mod tests {
                 allowed: true,
                 ..deny(0)
             },
+            Instant::now(),
         );
         assert!(c.lookup("r:a", 1).is_none());
-        c.remember("r:b", 1, &deny(20));
+        c.remember("r:b", 1, &deny(20), Instant::now());
         std::thread::sleep(Duration::from_millis(25));
         assert!(c.lookup("r:b", 1).is_none(), "kept past wait_ms");
     }
@@ -140,7 +142,7 @@ mod tests {
     #[test]
     fn ttl_zero_disables() {
         let c = DenyCache::new(0, 100);
-        c.remember("r:k", 1, &deny(300));
+        c.remember("r:k", 1, &deny(300), Instant::now());
         assert!(c.lookup("r:k", 1).is_none());
     }
 }

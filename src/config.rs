@@ -57,7 +57,8 @@ pub struct ServerConfig {
     /// Permission bits of the socket file, an octal string such as `"0660"`.
     #[serde(deserialize_with = "de_mode")]
     pub socket_mode: u32,
-    /// Longest request line in bytes, `\n` excluded (64..=1048576). Longer → `ERR TOO_LONG`.
+    /// Longest request line in bytes, `\n` excluded (512..=1048576; the longest valid
+    /// `CHECK` is 335 bytes). Longer → `ERR TOO_LONG`.
     #[serde(deserialize_with = "de_max_line")]
     pub max_line_bytes: usize,
     /// Requests of one connection decided concurrently at most (1..=65536); more wait
@@ -208,8 +209,7 @@ struct RawRule {
 struct RawConfig {
     #[serde(default)]
     server: ServerConfig,
-    #[serde(default)]
-    redis: RedisConfig,
+    redis: Option<Spanned<RedisConfig>>,
     #[serde(default)]
     cache: CacheConfig,
     #[serde(default)]
@@ -303,12 +303,20 @@ impl Config {
             message,
         };
 
-        let nodes = &raw.redis.nodes;
-        match raw.redis.mode {
+        let redis_span = raw.redis.as_ref().map_or(0..0, |r| r.span());
+        let redis = raw.redis.map(Spanned::into_inner).unwrap_or_default();
+        let nodes = &redis.nodes;
+        // An absent `nodes` has an empty span: point at the [redis] table instead.
+        let nodes_span = if nodes.span().is_empty() {
+            redis_span
+        } else {
+            nodes.span()
+        };
+        match redis.mode {
             RedisMode::None => {}
             RedisMode::Cluster | RedisMode::Standalone if nodes.get_ref().is_empty() => {
                 return Err(invalid(
-                    nodes.span(),
+                    nodes_span.clone(),
                     "redis.nodes".into(),
                     "list at least one \"host:port\" when redis.mode is cluster or standalone"
                         .into(),
@@ -316,7 +324,7 @@ impl Config {
             }
             RedisMode::Standalone if nodes.get_ref().len() > 1 => {
                 return Err(invalid(
-                    nodes.span(),
+                    nodes_span.clone(),
                     "redis.nodes".into(),
                     "standalone mode takes exactly one \"host:port\"".into(),
                 ))
@@ -329,7 +337,7 @@ impl Config {
             });
             if !ok {
                 return Err(invalid(
-                    nodes.span(),
+                    nodes_span.clone(),
                     "redis.nodes".into(),
                     format!("'{node}' is not \"host:port\""),
                 ));
@@ -418,11 +426,11 @@ impl Config {
                 }
             };
             let fallback_hosts = match &r.fallback_hosts {
-                Some(h) if *h.get_ref() == 0 => {
+                Some(h) if !(1..=10_000).contains(h.get_ref()) => {
                     return Err(invalid(
                         h.span(),
                         field("fallback_hosts"),
-                        "must be ≥ 1".into(),
+                        "must be an integer from 1 to 10000".into(),
                     ))
                 }
                 Some(h) => *h.get_ref(),
@@ -440,7 +448,7 @@ impl Config {
         }
         Ok(Config {
             server: raw.server,
-            redis: raw.redis,
+            redis,
             cache: raw.cache,
             fallback: raw.fallback,
             rules,
@@ -478,7 +486,7 @@ fn ranged<'de, D: Deserializer<'de>>(
 }
 
 fn de_max_line<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
-    ranged(d, "server.max_line_bytes", 64, 1 << 20).map(|v| v as usize)
+    ranged(d, "server.max_line_bytes", 512, 1 << 20).map(|v| v as usize)
 }
 
 fn de_in_flight<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
@@ -633,6 +641,8 @@ fallback_hosts = 2
         assert!(e.contains("rule[0].refill_rate"), "{e}");
         let twice = format!("{GOOD}\n[[rule]]\nname = \"rides_request\"\nalgorithm = \"token_bucket\"\ncapacity = 1\nrefill_rate = 1.0\n");
         assert!(err(&twice).contains("defined twice"));
+        let e = err("\n[redis]\nmode = \"cluster\"\n");
+        assert!(e.contains(":2: redis.nodes"), "{e}");
         let none_nodes = GOOD.replace(
             "nodes = [\"127.0.0.1:7000\", \"127.0.0.1:7001\"]",
             "nodes = []",

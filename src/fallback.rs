@@ -33,8 +33,15 @@ impl LocalBuckets {
         }
     }
 
-    /// Decides `cost` units for `tag` on this process's monotonic clock.
-    pub fn decide(&self, tag: &str, params: &token_bucket::Params, cost: u32) -> Decision {
+    /// Decides `cost` units for `tag` on this process's monotonic clock. `limit` is the
+    /// rule's capacity, reported as is (CONTRACT §1), even when `params` is a share of it.
+    pub fn decide(
+        &self,
+        tag: &str,
+        limit: u64,
+        params: &token_bucket::Params,
+        cost: u32,
+    ) -> Decision {
         let bucket = match self.buckets.get(tag) {
             Some(b) => b,
             None => self
@@ -51,7 +58,7 @@ impl LocalBuckets {
         }
         Decision {
             allowed: outcome.allowed,
-            limit: params.limit(),
+            limit,
             remaining: outcome.remaining,
             reset_ms: outcome.reset_ms,
             wait_ms: outcome.wait_ms,
@@ -74,7 +81,9 @@ impl LocalBuckets {
 pub fn decide_without_redis(local: &LocalBuckets, rule: &Rule, tag: &str, cost: u32) -> Decision {
     let limit = rule.limit();
     match rule.on_redis_failure {
-        OnRedisFailure::Local => local.decide(tag, &rule.bucket_params(rule.fallback_hosts), cost),
+        OnRedisFailure::Local => {
+            local.decide(tag, limit, &rule.bucket_params(rule.fallback_hosts), cost)
+        }
         OnRedisFailure::Allow => Decision {
             allowed: true,
             limit,
@@ -120,7 +129,7 @@ mod tests {
             .count();
         assert_eq!(allowed, 5);
         let d = decide_without_redis(&local, &r, "r:k", 1);
-        assert_eq!((d.limit, d.source), (5, Source::Local));
+        assert_eq!((d.limit, d.source), (20, Source::Local));
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //!                                ├─ cached DENY ────────────► cache
 //!                                ├─ circuit open ───────────► on_redis_failure
 //!                                └─ EVALSHA within timeout ─┬► redis (DENY → cache)
-//!                                                           └► trip circuit, on_redis_failure
+//!                                                           ├► Redis unavailable: trip circuit, on_redis_failure
+//!                                                           └► error of this key only: on_redis_failure
 //! ```
 
 use crate::cache::DenyCache;
@@ -14,14 +15,15 @@ use crate::circuit::Circuit;
 use crate::config::{Config, Rule};
 use crate::fallback::{decide_without_redis, LocalBuckets};
 use crate::protocol::{self, Decision, ErrorCode, ProtoError, Reply, Request, Source};
-use crate::store::redis::RedisStore;
+use crate::store::redis::{is_unavailable, RedisStore};
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The rules in force; swapped whole on reload, so a request sees one version.
 pub type Rules = HashMap<String, Arc<Rule>>;
@@ -34,7 +36,13 @@ pub struct Limiter {
     redis: Option<Arc<RedisStore>>,
     circuit: Arc<Circuit>,
     timeout: Duration,
+    epoch: Instant,
+    /// When a per-key Redis error was last logged: s since `epoch`, plus 1 (0 = never).
+    last_key_error_log: AtomicU64,
 }
+
+/// Per-key Redis errors are logged at most this often.
+const KEY_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// A reply on its way: ready now, or waiting on Redis (bounded by the Redis timeout).
 pub enum Pending {
@@ -68,6 +76,8 @@ impl Limiter {
             redis,
             circuit,
             timeout: config.redis_timeout(),
+            epoch: Instant::now(),
+            last_key_error_log: AtomicU64::new(0),
         }
     }
 
@@ -133,6 +143,7 @@ impl Limiter {
         let Some(redis) = &self.redis else {
             return ready(Reply::Decision(self.local.decide(
                 &tag,
+                rule.limit(),
                 &rule.bucket_params(1),
                 cost,
             )));
@@ -153,35 +164,53 @@ impl Limiter {
         let rule = Arc::clone(rule);
         Pending::Redis(Box::pin(async move {
             let params = rule.bucket_params(1);
-            let decision =
-                match tokio::time::timeout(this.timeout, redis.token_bucket(&tag, &params, cost))
-                    .await
-                {
-                    Ok(Ok(o)) => {
-                        let d = Decision {
-                            allowed: o.allowed,
-                            limit: rule.limit(),
-                            remaining: o.remaining,
-                            reset_ms: o.reset_ms,
-                            wait_ms: o.wait_ms,
-                            source: Source::Redis,
-                        };
-                        this.cache.remember(&tag, cost, &d);
-                        d
-                    }
-                    Ok(Err(e)) => {
-                        this.circuit.trip(&e);
-                        decide_without_redis(&this.local, &rule, &tag, cost)
-                    }
-                    Err(_) => {
-                        this.circuit.trip(&format_args!(
-                            "no answer within redis.timeout_ms = {}",
-                            this.timeout.as_millis()
-                        ));
-                        decide_without_redis(&this.local, &rule, &tag, cost)
-                    }
-                };
+            let asked = Instant::now();
+            let call = redis.token_bucket(&tag, &params, cost);
+            let decision = match tokio::time::timeout(this.timeout, call).await {
+                Ok(Ok(o)) => {
+                    let d = Decision {
+                        allowed: o.allowed,
+                        limit: rule.limit(),
+                        remaining: o.remaining,
+                        reset_ms: o.reset_ms,
+                        wait_ms: o.wait_ms,
+                        source: Source::Redis,
+                    };
+                    this.cache.remember(&tag, cost, &d, asked);
+                    d
+                }
+                Ok(Err(e)) if is_unavailable(&e) => {
+                    this.circuit.trip(&e);
+                    decide_without_redis(&this.local, &rule, &tag, cost)
+                }
+                Ok(Err(e)) => {
+                    // This key's problem, not Redis's: decide it locally, keep the circuit.
+                    this.log_key_error(&tag, &e);
+                    decide_without_redis(&this.local, &rule, &tag, cost)
+                }
+                Err(_) => {
+                    this.circuit.trip(&format_args!(
+                        "no answer within redis.timeout_ms = {}",
+                        this.timeout.as_millis()
+                    ));
+                    decide_without_redis(&this.local, &rule, &tag, cost)
+                }
+            };
             Reply::Decision(decision)
         }))
+    }
+
+    /// Logs a per-key Redis error, at most once per [`KEY_ERROR_LOG_INTERVAL`].
+    fn log_key_error(&self, tag: &str, error: &dyn std::fmt::Display) {
+        let now = self.epoch.elapsed().as_secs() + 1;
+        let last = self.last_key_error_log.load(Ordering::Relaxed);
+        if (last == 0 || now >= last + KEY_ERROR_LOG_INTERVAL.as_secs())
+            && self
+                .last_key_error_log
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(key = tag, %error, "Redis could not decide this key; decided per on_redis_failure (further such errors logged at most every 10 s)");
+        }
     }
 }

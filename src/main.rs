@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -78,6 +78,8 @@ fn main() -> ExitCode {
 }
 
 async fn run(config_path: PathBuf, config: Config) -> Result<(), String> {
+    // Installed first, so a signal during start-up is handled, not fatal.
+    let signals = Signals::install().map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let (redis, circuit) = start_redis(&config).await?;
     let limiter = Arc::new(Limiter::new(&config, redis, circuit));
     let socket = config.server.socket.clone();
@@ -90,6 +92,7 @@ async fn run(config_path: PathBuf, config: Config) -> Result<(), String> {
 
     let shutdown = CancellationToken::new();
     let signals = tokio::spawn(handle_signals(
+        signals,
         config_path,
         config.clone(),
         Arc::clone(&limiter),
@@ -149,27 +152,38 @@ async fn start_redis(config: &Config) -> Result<(Option<Arc<RedisStore>>, Arc<Ci
     Ok((Some(store), circuit))
 }
 
+/// The signals the daemon handles, registered (so their default action no longer
+/// applies) before anything slow happens.
+struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+}
+
 /// SIGTERM/SIGINT: graceful stop. SIGHUP: reload the rules from `config_path`; a bad
 /// file is logged and the rules in force stay.
 async fn handle_signals(
+    mut signals: Signals,
     config_path: PathBuf,
     mut current: Config,
     limiter: Arc<Limiter>,
     shutdown: CancellationToken,
 ) {
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) else {
-        tracing::error!("cannot install signal handlers");
-        return;
-    };
     loop {
         tokio::select! {
-            _ = term.recv() => { tracing::info!("SIGTERM: finishing in-flight requests and stopping"); break }
-            _ = int.recv() => { tracing::info!("SIGINT: finishing in-flight requests and stopping"); break }
-            _ = hup.recv() => current = reload(&config_path, current, &limiter),
+            _ = signals.term.recv() => { tracing::info!("SIGTERM: finishing in-flight requests and stopping"); break }
+            _ = signals.int.recv() => { tracing::info!("SIGINT: finishing in-flight requests and stopping"); break }
+            _ = signals.hup.recv() => current = reload(&config_path, current, &limiter),
         }
     }
     shutdown.cancel();

@@ -332,12 +332,13 @@ fn parse_cost(field: &[u8]) -> Result<u32, ProtoError> {
             ),
         )
     };
-    if field.is_empty() || field.len() > 7 || !field.iter().all(u8::is_ascii_digit) {
+    if field.is_empty() || !field.iter().all(u8::is_ascii_digit) {
         return Err(bad());
     }
-    let cost = field
-        .iter()
-        .fold(0u64, |acc, &d| acc * 10 + u64::from(d - b'0'));
+    // Leading zeros are fine; saturate so a huge number cannot overflow.
+    let cost = field.iter().fold(0u64, |acc, &d| {
+        (acc * 10 + u64::from(d - b'0')).min(MAX_COST + 1)
+    });
     if cost > MAX_COST {
         return Err(bad());
     }
@@ -511,6 +512,14 @@ mod tests {
         );
         assert_eq!(parse(b"ping"), Ok(Request::Ping));
         assert_eq!(parse(b"Quit"), Ok(Request::Quit));
+        assert_eq!(
+            parse(b"CHECK a b 000000000007"),
+            Ok(Request::Check {
+                rule: b"a",
+                key: b"b",
+                cost: 7
+            })
+        );
         let max = format!("CHECK a b {MAX_COST}");
         assert!(parse(max.as_bytes()).is_ok());
     }

@@ -162,7 +162,14 @@ async fn connection(
                 }
                 Some(Frame::Line(line)) => {
                     let (reply, is_quit) = limiter.handle(&line);
-                    pending.push_back(reply);
+                    match reply {
+                        // Nothing ahead of it: a ready reply goes straight out, in order,
+                        // without a task node in `pending`.
+                        Pending::Ready(Some(reply)) if pending.is_empty() => {
+                            reply.encode(&mut wbuf)
+                        }
+                        reply => pending.push_back(reply),
+                    }
                     quit = is_quit;
                 }
             }

@@ -289,7 +289,7 @@ on_redis_failure = "deny"
         5,
         "20 ÷ 4 hosts: {local:?}"
     );
-    assert_eq!(local[0].limit, 5);
+    assert_eq!(local[0].limit, 20, "limit is the rule's capacity");
     assert!(
         open.iter().all(|r| r.allowed() && r.source == "fail_open"),
         "{open:?}"
@@ -333,4 +333,71 @@ on_redis_failure = "deny"
     let log = d.log();
     assert_eq!(log.matches("circuit open").count(), 1, "{log}");
     assert_eq!(log.matches("circuit closed").count(), 1, "{log}");
+}
+
+#[test]
+fn per_key_errors_and_braces_do_not_disturb_other_keys() {
+    let redis = RedisStandalone::start();
+    let config = format!(
+        "[redis]\nmode = \"standalone\"\nnodes = [\"{}\"]\ntimeout_ms = 25\n{RULES}",
+        redis.addr()
+    );
+    let d = Daemon::start(&config);
+    let mut c = d.connect();
+    // Someone else's string sits where a bucket would be: WRONGTYPE for that key only.
+    assert_eq!(redis.cli(&["SET", "rl:{big:foreign}", "x"]), "OK");
+    let r = parse_reply(&c.request("CHECK big foreign"));
+    assert_eq!(
+        (r.verdict.as_str(), r.source.as_str()),
+        ("ALLOW", "local"),
+        "{r:?}"
+    );
+    let r = parse_reply(&c.request("CHECK big other"));
+    assert_eq!(r.source, "redis", "the circuit stays closed for other keys");
+    assert!(!d.log().contains("circuit open"), "{}", d.log());
+    // A `}` in a key must not end the hash tag early.
+    assert!(c.request("CHECK big a}b").ends_with(" redis"));
+    assert_eq!(redis.cli(&["EXISTS", "rl:{big:a b}"]), "1");
+}
+
+#[test]
+fn out_of_memory_opens_the_circuit_once_and_recovers() {
+    let redis = RedisStandalone::start();
+    let config = format!(
+        "[redis]\nmode = \"standalone\"\nnodes = [\"{}\"]\ntimeout_ms = 25\n{RULES}",
+        redis.addr()
+    );
+    let d = Daemon::start(&config);
+    let mut c = d.connect();
+    assert_eq!(parse_reply(&c.request("CHECK big m0")).source, "redis");
+    // Writes now fail with OOM; reads (and so a DENY) would still work.
+    assert_eq!(
+        redis.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]),
+        "OK"
+    );
+    assert_eq!(redis.cli(&["CONFIG", "SET", "maxmemory", "1"]), "OK");
+    let until = Instant::now() + Duration::from_millis(1500);
+    let mut n = 0;
+    while Instant::now() < until {
+        let r = parse_reply(&c.request(&format!("CHECK big m{}", n % 50)));
+        if n > 0 {
+            assert_eq!(r.source, "local", "request {n} during OOM: {r:?}");
+        }
+        n += 1;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let log = d.log();
+    assert_eq!(log.matches("circuit open").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("circuit closed").count(),
+        0,
+        "no flapping: {log}"
+    );
+    // Memory back: decisions return to Redis within 1 s.
+    assert_eq!(redis.cli(&["CONFIG", "SET", "maxmemory", "0"]), "OK");
+    let t = Instant::now();
+    assert!(wait_until(Duration::from_secs(1), || c
+        .request("CHECK big back")
+        .ends_with(" redis")));
+    eprintln!("back to redis {:?} after OOM ended", t.elapsed());
 }

@@ -301,7 +301,7 @@ refill_rate = 0.001
         5,
         "{replies:?}"
     );
-    assert_eq!(replies[0].limit, 5);
+    assert_eq!(replies[0].limit, 10, "limit is the rule's capacity");
     assert!(
         d.log().contains("Redis unreachable at start"),
         "{}",
@@ -332,4 +332,37 @@ fn sighup_reloads_rules_and_keeps_them_on_a_broken_file() {
         .contains("old one stays")));
     assert!(d.log().contains("capacity"), "{}", d.log());
     assert!(c.request("CHECK api r3").starts_with("ALLOW 3 2 "));
+}
+
+#[test]
+fn sigterm_during_start_up_exits_zero() {
+    let port = free_port();
+    let dir = short_tempdir("rl-early");
+    let socket = dir.path().join("rl.sock");
+    let path = dir.path().join("rl.toml");
+    let config = format!("[redis]\nmode = \"cluster\"\nnodes = [\"127.0.0.1:{port}\"]\n");
+    std::fs::write(&path, config_with_socket(&config, &socket)).unwrap();
+    let mut child = Command::new(daemon_bin())
+        .args(["--config", path.to_str().unwrap()])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Redis is unreachable, so the daemon is still waiting for it (up to 1.5 s).
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(status.and_then(|s| s.code()), Some(0));
+    assert!(!socket.exists());
 }

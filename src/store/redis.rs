@@ -33,6 +33,8 @@ pub struct RedisStore {
     token_bucket: Script,
     prefix: String,
     clustered: bool,
+    /// The per-decision bound (`redis.timeout_ms`).
+    timeout: Duration,
     probe_timeout: Duration,
 }
 
@@ -67,8 +69,9 @@ impl RedisStore {
             }
         };
         let timeout = Duration::from_millis(cfg.timeout_ms);
-        let probe_timeout =
-            (timeout * 4).clamp(Duration::from_millis(250), Duration::from_millis(700));
+        let probe_timeout = (timeout * 4)
+            .clamp(Duration::from_millis(250), Duration::from_millis(700))
+            .max(timeout + Duration::from_millis(100));
         let config = Config {
             server,
             // Keep trying to connect in the background; never fail a caller on connect.
@@ -80,8 +83,11 @@ impl RedisStore {
                 perf.default_command_timeout = Duration::from_secs(1).max(timeout * 2);
             })
             .with_connection_config(|conn| {
-                conn.connection_timeout = Duration::from_secs(1);
-                conn.internal_command_timeout = Duration::from_secs(1);
+                conn.connection_timeout = Duration::from_millis(500);
+                conn.internal_command_timeout = Duration::from_millis(500).max(timeout);
+                // Never replay a decision on a new connection: it may have run already
+                // (its caller has long been answered locally).
+                conn.max_command_attempts = 1;
                 // A frozen server (SIGSTOP, a long script) accepts bytes but never answers:
                 // drop such connections and reconnect.
                 conn.unresponsive = UnresponsiveConfig {
@@ -98,6 +104,7 @@ impl RedisStore {
             token_bucket: Script::from_lua(TOKEN_BUCKET_LUA),
             prefix: cfg.prefix.clone(),
             clustered: cfg.mode == RedisMode::Cluster,
+            timeout,
             probe_timeout,
         })
     }
@@ -109,11 +116,19 @@ impl RedisStore {
     }
 
     /// The Redis key of a bucket: `<prefix>:{<tag>}` where `tag` is `"<rule>:<key>"`.
+    ///
+    /// A `}` inside the key would end the hash tag early (Redis hashes the text between
+    /// the first `{` and the next `}`), so it is written as a space, a byte protocol keys
+    /// never contain: the mapping stays one-to-one and the whole tag is hashed.
     pub fn key(&self, tag: &str) -> String {
         let mut key = String::with_capacity(self.prefix.len() + tag.len() + 3);
         key.push_str(&self.prefix);
         key.push_str(":{");
-        key.push_str(tag);
+        if tag.contains('}') {
+            key.push_str(&tag.replace('}', " "));
+        } else {
+            key.push_str(tag);
+        }
         key.push('}');
         key
     }
@@ -148,15 +163,26 @@ impl RedisStore {
     }
 
     /// One health check: refresh the cluster map (cluster mode), load the scripts on
-    /// every primary, run the token bucket script with cost 0 (writes nothing).
+    /// every primary, then take one token from a probe bucket. That last step writes
+    /// (so a Redis refusing writes, e.g. out of memory, fails the probe) and must answer
+    /// within `redis.timeout_ms` (so a Redis too slow for decisions fails it too).
     pub async fn probe(&self) -> Result<(), Error> {
         if self.clustered {
             self.client.sync_cluster().await?;
         }
         self.load_scripts().await?;
-        let params = token_bucket::Params::shared(1, 1.0, 1);
-        self.token_bucket("__probe__:__probe__", &params, 0).await?;
-        Ok(())
+        let params = token_bucket::Params::shared(1000, 1000.0, 1);
+        let decision = self.token_bucket("__probe__:__probe__", &params, 1);
+        match tokio::time::timeout(self.timeout, decision).await {
+            Ok(result) => result.map(drop),
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "probe decision slower than redis.timeout_ms ({:?})",
+                    self.timeout
+                ),
+            )),
+        }
     }
 
     /// [`RedisStore::probe`] bounded by the probe timeout.
@@ -187,6 +213,19 @@ impl RedisStore {
                 }
             }
         }
+    }
+}
+
+/// True when `error` means Redis cannot decide at all (down, unreachable, timing out,
+/// failing over, out of memory, loading, read-only, script cache gone): the circuit
+/// opens. False for errors tied to one request or key (`WRONGTYPE` on a foreign key, a
+/// script runtime error, a malformed reply): that request is decided without Redis but
+/// the others keep going to Redis.
+pub fn is_unavailable(error: &Error) -> bool {
+    match error.kind() {
+        ErrorKind::InvalidArgument | ErrorKind::Parse => false,
+        ErrorKind::Unknown => !error.details().starts_with("ERR"),
+        _ => true,
     }
 }
 
