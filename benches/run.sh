@@ -19,11 +19,12 @@
 # 50 x 16, and 1 x 1 (latency):
 #   a  Redis PING over its Unix socket                      (baseline)
 #   b  daemon, redis.mode = "none": CHECK api k<n>, a new key per request
-#   c  daemon, standalone Redis: CHECK api hot, an exhausted key (deny cache)
+#   g  daemon, redis.mode = "none": CHECK hot k, one exhausted key (local DENY)
+#   c  daemon, standalone Redis: CHECK hot k, an exhausted key (deny cache)
 #   d  daemon, standalone Redis: CHECK api k<n>, a new key each -> one EVALSHA each
 #   e  the same EVALSHA sent straight to that Redis over TCP, by loadgen (RESP)
 #   f  the same EVALSHA by redis-benchmark (cross-check of e)
-# Ratios: b and c against a; d against e (and f).
+# Ratios: b, g and c against a; d against e (and f).
 set -euo pipefail
 
 QUICK=0
@@ -230,6 +231,14 @@ name = "api"
 algorithm = "token_bucket"
 capacity = $CAPACITY
 refill_rate = $REFILL.0
+
+# Refills so slowly that an exhausted key stays denied for the whole run: a cached
+# DENY lives the full cache.ttl_ms.
+[[rule]]
+name = "hot"
+algorithm = "token_bucket"
+capacity = $CAPACITY
+refill_rate = 0.001
 EOF
     echo "$cfg"
 }
@@ -274,6 +283,13 @@ if start_daemon none; then
         measure b "$s" "$DAEMON_PID" --socket "$RLSOCK" --request 'CHECK api k{n}\n' \
             --expect ALLOW --expect-contains ' local'
     done
+    # g: one exhausted key, decided locally each time (no new bucket per request).
+    "$LOADGEN" --socket "$RLSOCK" --conns 1 --depth $((CAPACITY * 2)) --warmup 0s \
+        --duration 5s --max-requests $((CAPACITY * 2)) --request 'CHECK hot k\n' >/dev/null || true
+    for s in "${SHAPES[@]}"; do
+        measure g "$s" "$DAEMON_PID" --socket "$RLSOCK" --request 'CHECK hot k\n' \
+            --expect DENY --expect-contains ' local'
+    done
     stop_daemon
 else
     skip b "daemon did not start"
@@ -281,17 +297,17 @@ fi
 
 log "c-d: daemon, redis.mode = standalone (127.0.0.1:$PORT)"
 if start_daemon standalone; then
-    # c: exhaust one key, then hammer it: DENYs from the deny cache (the key
-    # refills 50/s, so every ~20 ms one request goes to Redis again).
+    # c: exhaust one key of the slow rule, then hammer it: DENYs from the deny cache
+    # (each cached DENY lives cache.ttl_ms = 500 ms, then one round goes to Redis).
     "$LOADGEN" --socket "$RLSOCK" --conns 1 --depth $((CAPACITY * 2)) --warmup 0s \
-        --duration 5s --max-requests $((CAPACITY * 2)) --request 'CHECK api hot\n' >/dev/null || true
-    if lg_once 'CHECK api hot\n' DENY >/dev/null; then
+        --duration 5s --max-requests $((CAPACITY * 2)) --request 'CHECK hot k\n' >/dev/null || true
+    if lg_once 'CHECK hot k\n' DENY >/dev/null; then
         for s in "${SHAPES[@]}"; do
             measure c "$s" "$DAEMON_PID $REDIS_TCP_PID" --socket "$RLSOCK" \
-                --request 'CHECK api hot\n' --expect DENY --expect-contains ' cache'
+                --request 'CHECK hot k\n' --expect DENY --expect-contains ' cache'
         done
     else
-        skip c "could not exhaust the key: $(lg_once 'CHECK api hot\n' DENY | head -n 1)"
+        skip c "could not exhaust the key: $(lg_once 'CHECK hot k\n' DENY | head -n 1)"
     fi
     # d: a new key each request -> one EVALSHA per request.
     for s in "${SHAPES[@]}"; do
@@ -360,14 +376,15 @@ describe() {
     case $1 in
         a) echo "Redis PING (unix socket)" ;;
         b) echo "daemon, mode none: \`CHECK api k<n>\`" ;;
-        c) echo "daemon, deny cache: \`CHECK api hot\`" ;;
+        c) echo "daemon, deny cache: \`CHECK hot k\` (exhausted)" ;;
+        g) echo "daemon, mode none: \`CHECK hot k\` (exhausted)" ;;
         d) echo "daemon, standalone: \`CHECK api k<n>\` (1 EVALSHA each)" ;;
         e) echo "Redis EVALSHA direct (TCP, loadgen)" ;;
         f) echo "Redis EVALSHA direct (TCP, redis-benchmark)" ;;
     esac
 }
 baseline() { # scenario -> the scenario it is compared with
-    case $1 in b | c) echo a ;; d) echo e ;; *) echo "" ;; esac
+    case $1 in b | c | g) echo a ;; d) echo e ;; *) echo "" ;; esac
 }
 
 {
@@ -385,11 +402,11 @@ baseline() { # scenario -> the scenario it is compared with
     echo
     echo "Shapes: \`conns x depth\`: each connection writes \`depth\` requests at once, then waits for"
     echo "all the replies (closed loop). Latency is per batch (write to last reply), in µs."
-    echo "\"vs\" is rps ÷ the baseline's rps for the same shape: b and c against a, d against e and f."
+    echo "\"vs\" is rps ÷ the baseline's rps for the same shape: b, c and g against a, d against e and f."
     echo "\"off-path\" counts replies that did not take the path under test (b: not \`ALLOW … local\`;"
-    echo "c: not \`DENY … cache\`: the key refills at 50/s, so a cached DENY lives at most 20 ms"
-    echo "and the requests arriving after it expires go to Redis; d: not \`ALLOW … redis\`)."
-    echo "CPU is the server processes' CPU time ÷ wall time (cores): a, b: the server; c, d: daemon + Redis; e, f: Redis."
+    echo "c: not \`DENY … cache\`: each cached DENY lives cache.ttl_ms = 500 ms, then the requests"
+    echo "in flight go to Redis; g: not \`DENY … local\`; d: not \`ALLOW … redis\`)."
+    echo "CPU is the server processes' CPU time ÷ wall time (cores): a, b, g: the server; c, d: daemon + Redis; e, f: Redis."
     echo
     echo "| scenario | shape | rps | vs | p50 µs | p99 µs | off-path | CPU | note |"
     echo "|---|---|---:|---:|---:|---:|---:|---:|---|"
