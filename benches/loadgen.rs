@@ -756,6 +756,12 @@ async fn run(args: Args) -> Result<bool, String> {
 }
 
 fn main() {
+    // `cargo test --all-targets` runs this bench with no arguments: run the self-test.
+    if std::env::args().len() == 1 {
+        self_test();
+        println!("loadgen self-test ok");
+        return;
+    }
     let args = Args::parse();
     if args.self_test {
         self_test();

@@ -48,13 +48,14 @@ for tool in redis-server redis-cli socat; do
 done
 log "using $(redis-server --version | head -n1)"
 
-# Unit and integration tests (tests/*.rs start their own Redis servers),
-# then doc tests, which --all-targets leaves out (only on a full run: cargo
-# refuses --doc together with target options such as --test NAME).
-cargo test --all-targets "$@"
-if [ $# -eq 0 ] && [ -f src/lib.rs ]; then
-  cargo test --doc "$@"
-fi
+# Unit, property and integration tests (tests/*.rs start their own Redis
+# servers). The output is kept to print one total at the end.
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+cargo test --all-targets "$@" 2>&1 | tee "$out"
+totals=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+              END { printf "%d %d", p, f }' "$out")
+read -r passed failed <<<"$totals"
 
 # ---------------------------------------------------------------------------
 # CHAOS SUITE HOOK: the chaos/ suite (Redis failures: kill, freeze, failover,
@@ -63,4 +64,4 @@ fi
 #   bash chaos/run.sh
 # ---------------------------------------------------------------------------
 
-log "all tests passed"
+echo "ratelimitd: $passed passed, $failed failed"
