@@ -88,11 +88,6 @@ impl Limiter {
         self.cache.clear();
     }
 
-    /// The circuit between this limiter and Redis.
-    pub fn circuit(&self) -> &Arc<Circuit> {
-        &self.circuit
-    }
-
     /// Answers one request line (terminator removed). The `bool` is true for `QUIT`:
     /// the connection closes after this reply.
     pub fn handle(self: &Arc<Self>, line: &[u8]) -> (Pending, bool) {

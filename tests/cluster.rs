@@ -27,6 +27,14 @@ ttl_ms = 500
     )
 }
 
+/// A daemon config for one standalone Redis, with [`RULES`].
+fn standalone_config(redis: &RedisStandalone) -> String {
+    format!(
+        "[redis]\nmode = \"standalone\"\nnodes = [\"{}\"]\ntimeout_ms = 25\n{RULES}",
+        redis.addr()
+    )
+}
+
 const RULES: &str = r#"
 [[rule]]
 name = "rides_request"
@@ -208,11 +216,7 @@ fn script_flush_and_standalone_mode() {
 
     // The same daemon against one standalone Redis.
     let redis = RedisStandalone::start();
-    let config = format!(
-        "[redis]\nmode = \"standalone\"\nnodes = [\"{}\"]\ntimeout_ms = 25\n{RULES}",
-        redis.addr()
-    );
-    let d = Daemon::start(&config);
+    let d = Daemon::start(&standalone_config(&redis));
     let mut c = d.connect();
     for i in 0..5 {
         let r = parse_reply(&c.request("CHECK slow s"));
@@ -338,11 +342,7 @@ on_redis_failure = "deny"
 #[test]
 fn per_key_errors_and_braces_do_not_disturb_other_keys() {
     let redis = RedisStandalone::start();
-    let config = format!(
-        "[redis]\nmode = \"standalone\"\nnodes = [\"{}\"]\ntimeout_ms = 25\n{RULES}",
-        redis.addr()
-    );
-    let d = Daemon::start(&config);
+    let d = Daemon::start(&standalone_config(&redis));
     let mut c = d.connect();
     // Someone else's string sits where a bucket would be: WRONGTYPE for that key only.
     assert_eq!(redis.cli(&["SET", "rl:{big:foreign}", "x"]), "OK");
@@ -363,11 +363,7 @@ fn per_key_errors_and_braces_do_not_disturb_other_keys() {
 #[test]
 fn out_of_memory_opens_the_circuit_once_and_recovers() {
     let redis = RedisStandalone::start();
-    let config = format!(
-        "[redis]\nmode = \"standalone\"\nnodes = [\"{}\"]\ntimeout_ms = 25\n{RULES}",
-        redis.addr()
-    );
-    let d = Daemon::start(&config);
+    let d = Daemon::start(&standalone_config(&redis));
     let mut c = d.connect();
     assert_eq!(parse_reply(&c.request("CHECK big m0")).source, "redis");
     // Writes now fail with OOM; reads (and so a DENY) would still work.

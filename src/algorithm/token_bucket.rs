@@ -32,11 +32,6 @@ impl Params {
             refill_rate: refill_rate / hosts,
         }
     }
-
-    /// Whole tokens in the bucket when full (the `limit` field of replies).
-    pub fn limit(&self) -> u64 {
-        (self.capacity / MICRO).floor() as u64
-    }
 }
 
 /// What a bucket remembers between requests.
@@ -124,10 +119,10 @@ mod tests {
     #[test]
     fn shared_params_divide_capacity_and_rate() {
         let p = Params::shared(20, 10.0, 4);
-        assert_eq!(p.limit(), 5);
+        assert_eq!(p.capacity, 5_000_000.0);
         assert_eq!(p.refill_rate, 2.5);
         let p = Params::shared(3, 1.0, 4);
-        assert_eq!(p.limit(), 0); // 0.75 tokens: never a whole request; conservative
+        assert_eq!(p.capacity, 750_000.0); // 0.75 tokens: never a whole request; conservative
     }
 
     #[test]
