@@ -241,23 +241,41 @@ pub struct Rule {
     pub on_redis_failure: OnRedisFailure,
     /// Hosts sharing the limit when falling back to local buckets.
     pub fallback_hosts: u32,
+    /// Token-bucket parameters of the shared (Redis, or `mode = "none"`) bucket.
+    pub bucket: token_bucket::Params,
+    /// Token-bucket parameters of a local fallback bucket: the share of one of
+    /// `fallback_hosts` hosts.
+    pub fallback_bucket: token_bucket::Params,
 }
 
 impl Rule {
-    /// The capacity/limit: the `limit` field of replies and the largest possible cost.
-    pub fn limit(&self) -> u64 {
-        match self.algorithm {
-            Algorithm::TokenBucket { capacity, .. } => capacity,
-        }
-    }
-
-    /// Token-bucket parameters for a bucket shared by `hosts` hosts.
-    pub fn bucket_params(&self, hosts: u32) -> token_bucket::Params {
-        match self.algorithm {
+    /// A rule, with its bucket parameters derived once (not per request).
+    pub fn new(
+        name: String,
+        algorithm: Algorithm,
+        on_redis_failure: OnRedisFailure,
+        fallback_hosts: u32,
+    ) -> Self {
+        let params = |hosts| match algorithm {
             Algorithm::TokenBucket {
                 capacity,
                 refill_rate,
             } => token_bucket::Params::shared(capacity, refill_rate, hosts),
+        };
+        Rule {
+            name,
+            algorithm,
+            on_redis_failure,
+            fallback_hosts,
+            bucket: params(1),
+            fallback_bucket: params(fallback_hosts),
+        }
+    }
+
+    /// The capacity/limit: the `limit` field of replies and the largest possible cost.
+    pub fn limit(&self) -> u64 {
+        match self.algorithm {
+            Algorithm::TokenBucket { capacity, .. } => capacity,
         }
     }
 }
@@ -332,10 +350,7 @@ impl Config {
             _ => {}
         }
         for node in nodes.get_ref() {
-            let ok = node.rsplit_once(':').is_some_and(|(host, port)| {
-                !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
-            });
-            if !ok {
+            if parse_node(node).is_none() {
                 return Err(invalid(
                     nodes_span.clone(),
                     "redis.nodes".into(),
@@ -438,12 +453,12 @@ impl Config {
             };
             rules.insert(
                 name.clone(),
-                Arc::new(Rule {
-                    name: name.clone(),
+                Arc::new(Rule::new(
+                    name.clone(),
                     algorithm,
-                    on_redis_failure: r.on_redis_failure,
+                    r.on_redis_failure,
                     fallback_hosts,
-                }),
+                )),
             );
         }
         Ok(Config {
@@ -459,6 +474,14 @@ impl Config {
     pub fn redis_timeout(&self) -> Duration {
         Duration::from_millis(self.redis.timeout_ms)
     }
+}
+
+/// Splits a `redis.nodes` entry `"host:port"` into host and port (a port of 0 is
+/// refused). Used by validation and by the Redis client, so both read it alike.
+pub fn parse_node(node: &str) -> Option<(&str, u16)> {
+    let (host, port) = node.rsplit_once(':')?;
+    let port = port.parse::<u16>().ok().filter(|&p| p > 0)?;
+    (!host.is_empty()).then_some((host, port))
 }
 
 /// 1-based line number of byte `offset` in `text`.

@@ -81,9 +81,7 @@ impl LocalBuckets {
 pub fn decide_without_redis(local: &LocalBuckets, rule: &Rule, tag: &str, cost: u32) -> Decision {
     let limit = rule.limit();
     match rule.on_redis_failure {
-        OnRedisFailure::Local => {
-            local.decide(tag, limit, &rule.bucket_params(rule.fallback_hosts), cost)
-        }
+        OnRedisFailure::Local => local.decide(tag, limit, &rule.fallback_bucket, cost),
         OnRedisFailure::Allow => Decision {
             allowed: true,
             limit,
@@ -109,15 +107,15 @@ mod tests {
     use crate::config::Algorithm;
 
     fn rule(on: OnRedisFailure, hosts: u32) -> Rule {
-        Rule {
-            name: "r".into(),
-            algorithm: Algorithm::TokenBucket {
+        Rule::new(
+            "r".into(),
+            Algorithm::TokenBucket {
                 capacity: 20,
                 refill_rate: 0.001,
             },
-            on_redis_failure: on,
-            fallback_hosts: hosts,
-        }
+            on,
+            hosts,
+        )
     }
 
     #[test]

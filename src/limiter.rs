@@ -139,7 +139,7 @@ impl Limiter {
             return ready(Reply::Decision(self.local.decide(
                 &tag,
                 rule.limit(),
-                &rule.bucket_params(1),
+                &rule.bucket,
                 cost,
             )));
         };
@@ -158,9 +158,8 @@ impl Limiter {
         let redis = Arc::clone(redis);
         let rule = Arc::clone(rule);
         Pending::Redis(Box::pin(async move {
-            let params = rule.bucket_params(1);
             let asked = Instant::now();
-            let call = redis.token_bucket(&tag, &params, cost);
+            let call = redis.token_bucket(&tag, &rule.bucket, cost);
             let decision = match tokio::time::timeout(this.timeout, call).await {
                 Ok(Ok(o)) => {
                     let d = Decision {

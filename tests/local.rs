@@ -189,19 +189,27 @@ fn run_binary(args: &[&str], timeout: Duration) -> (Option<i32>, String) {
         .stderr(file)
         .spawn()
         .unwrap();
+    let code = wait_child(&mut child, timeout).and_then(|s| s.code());
+    (code, std::fs::read_to_string(&log).unwrap_or_default())
+}
+
+/// Waits up to `timeout` for `child` to exit; kills and reaps it if it does not.
+fn wait_child(
+    child: &mut std::process::Child,
+    timeout: Duration,
+) -> Option<std::process::ExitStatus> {
     let deadline = Instant::now() + timeout;
-    let code = loop {
+    loop {
         if let Some(status) = child.try_wait().unwrap() {
-            break status.code();
+            return Some(status);
         }
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            break None;
+            return None;
         }
         std::thread::sleep(Duration::from_millis(10));
-    };
-    (code, std::fs::read_to_string(&log).unwrap_or_default())
+    }
 }
 
 #[test]
@@ -351,18 +359,7 @@ fn sigterm_during_start_up_exits_zero() {
     std::thread::sleep(Duration::from_millis(300));
     unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = wait_child(&mut child, Duration::from_secs(10));
     assert_eq!(status.and_then(|s| s.code()), Some(0));
     assert!(!socket.exists());
 }

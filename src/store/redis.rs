@@ -14,7 +14,7 @@
 
 use crate::algorithm::{token_bucket, Outcome};
 use crate::circuit::{Circuit, PROBE_INTERVAL};
-use crate::config::{RedisConfig, RedisMode};
+use crate::config::{parse_node, RedisConfig, RedisMode};
 use fred::prelude::*;
 use fred::types::config::UnresponsiveConfig;
 use fred::types::scripts::Script;
@@ -47,9 +47,8 @@ impl RedisStore {
     pub fn new(cfg: &RedisConfig) -> Result<Self, Error> {
         let mut hosts = Vec::new();
         for node in cfg.nodes.get_ref() {
-            let (host, port) = node
-                .rsplit_once(':')
-                .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
+            let (host, port) = parse_node(node)
+                .map(|(h, p)| (h.to_owned(), p))
                 .ok_or_else(|| {
                     Error::new(ErrorKind::Config, format!("redis.nodes: bad node '{node}'"))
                 })?;
