@@ -7,10 +7,12 @@
 -- ARGV[2]  refill rate, tokens/s (= micro-tokens/µs), > 0
 -- ARGV[3]  cost, micro-tokens (integer)
 -- ARGV[4]  optional: "now" in µs. Only tests pass it; production uses Redis TIME.
--- Returns  {allowed 0|1, remaining tokens (floor), reset_ms (ceil), wait_ms (ceil)}
+-- Returns  {allowed 0|1, remaining tokens (floor), reset_ms, wait_ms}
 --
 -- A new or expired key is full. The key expires 1 s after it would be full again, when
 -- it is indistinguishable from a missing one; a DENY or a cost of 0 writes nothing.
+-- reset_ms / wait_ms are the first whole ms at which the stored bucket is full / holds
+-- `cost`: a closed form, checked against the refill rule by settle() (as in Rust).
 -- Numbers passed to redis.call are formatted with %.0f: Redis would print large ones
 -- as 1e+17, which HSET would store inexactly and PEXPIRE would reject.
 -- Needs Redis >= 5 (script effects replication, so TIME may precede writes).
@@ -25,29 +27,67 @@ else
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local tokens = cap
+local function ceil_ms(us)
+  return math.ceil(us / 1000)
+end
+
+local function settle(guess, lo, ok)
+  local k = math.max(guess, lo)
+  local steps = 0
+  while (not ok(k)) and steps < 8 do
+    k = k + 1
+    steps = steps + 1
+  end
+  while k > lo and steps < 8 and ok(k - 1) do
+    k = k - 1
+    steps = steps + 1
+  end
+  return k
+end
+
+local st_tokens, st_ts
 local s = redis.call('HMGET', KEYS[1], 't', 'ts')
 if s[1] and s[2] then
-  tokens = tonumber(s[1])
-  local ts = tonumber(s[2])
-  if now < ts then
-    now = ts
+  st_tokens = tonumber(s[1])
+  st_ts = tonumber(s[2])
+  if now < st_ts then
+    now = st_ts
   end
-  tokens = math.min(cap, tokens + math.floor((now - ts) * rate))
 end
 
-local allowed = 0
-local wait = 0
-if tokens >= cost then
-  allowed = 1
+local function tokens_at(t)
+  if not st_tokens then
+    return cap
+  end
+  if t < st_ts then
+    t = st_ts
+  end
+  return math.min(cap, st_tokens + math.floor((t - st_ts) * rate))
+end
+
+local tokens = tokens_at(now)
+local allowed = tokens >= cost
+if allowed and cost > 0 then
   tokens = tokens - cost
-else
-  wait = math.ceil((cost - tokens) / (rate * 1000))
+  st_tokens = tokens
+  st_ts = now
 end
-local reset = math.ceil((cap - tokens) / (rate * 1000))
+local reset = settle(ceil_ms((cap - tokens) / rate), 0, function(k)
+  return tokens_at(now + k * 1000) >= cap
+end)
+local wait = 0
+if not allowed then
+  if cost > cap then
+    wait = math.max(reset, 1)
+  else
+    wait = settle(ceil_ms((cost - tokens) / rate), 1, function(k)
+      return tokens_at(now + k * 1000) >= cost
+    end)
+  end
+end
 
-if allowed == 1 and cost > 0 then
+if allowed and cost > 0 then
   redis.call('HSET', KEYS[1], 't', string.format('%.0f', tokens), 'ts', string.format('%.0f', now))
   redis.call('PEXPIRE', KEYS[1], string.format('%.0f', reset + 1000))
 end
-return {allowed, math.floor(tokens / 1000000), reset, wait}
+return {allowed and 1 or 0, math.floor(tokens / 1000000), reset, wait}

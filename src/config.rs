@@ -4,7 +4,7 @@
 //! single-value checks run inside deserialization (so `toml` reports the value's
 //! position), cross-field checks use [`toml::Spanned`] positions.
 
-use crate::algorithm::token_bucket;
+use crate::algorithm::{self, leaky_bucket, token_bucket, WindowParams};
 use serde::{de, Deserialize, Deserializer};
 use std::collections::HashMap;
 use std::fmt;
@@ -188,6 +188,19 @@ pub enum AlgorithmName {
     SlidingWindowCounter,
 }
 
+impl AlgorithmName {
+    /// The name as written in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlgorithmName::TokenBucket => "token_bucket",
+            AlgorithmName::LeakyBucket => "leaky_bucket",
+            AlgorithmName::FixedWindow => "fixed_window",
+            AlgorithmName::SlidingWindowLog => "sliding_window_log",
+            AlgorithmName::SlidingWindowCounter => "sliding_window_counter",
+        }
+    }
+}
+
 /// One `[[rule]]` table as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -218,16 +231,83 @@ struct RawConfig {
     rule: Vec<Spanned<RawRule>>,
 }
 
-/// How a rule decides.
+/// How a rule decides: CONTRACT §2's algorithms with their parameters as configured.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Algorithm {
-    /// CONTRACT §2 `token_bucket`.
+    /// `token_bucket`.
     TokenBucket {
         /// Tokens when full (≥ 1).
         capacity: u64,
         /// Tokens added per second (> 0).
         refill_rate: f64,
     },
+    /// `leaky_bucket`.
+    LeakyBucket {
+        /// Queue size in units (≥ 1).
+        capacity: u64,
+        /// Units drained per second (> 0).
+        leak_rate: f64,
+    },
+    /// `fixed_window`.
+    FixedWindow {
+        /// Units per window (≥ 1).
+        limit: u64,
+        /// Window length, ms.
+        window_ms: u64,
+    },
+    /// `sliding_window_log`.
+    SlidingWindowLog {
+        /// Units per sliding window (1..=[`MAX_LOG_LIMIT`]).
+        limit: u64,
+        /// Window length, ms.
+        window_ms: u64,
+    },
+    /// `sliding_window_counter`.
+    SlidingWindowCounter {
+        /// Units per (estimated) sliding window (≥ 1).
+        limit: u64,
+        /// Window length, ms.
+        window_ms: u64,
+    },
+}
+
+impl Algorithm {
+    /// The parameters of one of `hosts` hosts sharing the limit (`hosts = 1`: the
+    /// whole limit, as Redis and `mode = "none"` enforce it).
+    pub fn params(&self, hosts: u32) -> algorithm::Params {
+        use algorithm::Params as P;
+        match *self {
+            Algorithm::TokenBucket {
+                capacity,
+                refill_rate,
+            } => P::TokenBucket(token_bucket::Params::shared(capacity, refill_rate, hosts)),
+            Algorithm::LeakyBucket {
+                capacity,
+                leak_rate,
+            } => P::LeakyBucket(leaky_bucket::Params::shared(capacity, leak_rate, hosts)),
+            Algorithm::FixedWindow { limit, window_ms } => {
+                P::FixedWindow(WindowParams::shared(limit, window_ms, hosts))
+            }
+            Algorithm::SlidingWindowLog { limit, window_ms } => {
+                P::SlidingWindowLog(WindowParams::shared(limit, window_ms, hosts))
+            }
+            Algorithm::SlidingWindowCounter { limit, window_ms } => {
+                P::SlidingWindowCounter(WindowParams::shared(limit, window_ms, hosts))
+            }
+        }
+    }
+
+    /// The capacity (buckets) or limit (windows).
+    pub fn limit(&self) -> u64 {
+        match *self {
+            Algorithm::TokenBucket { capacity, .. } | Algorithm::LeakyBucket { capacity, .. } => {
+                capacity
+            }
+            Algorithm::FixedWindow { limit, .. }
+            | Algorithm::SlidingWindowLog { limit, .. }
+            | Algorithm::SlidingWindowCounter { limit, .. } => limit,
+        }
+    }
 }
 
 /// A validated rule.
@@ -241,42 +321,33 @@ pub struct Rule {
     pub on_redis_failure: OnRedisFailure,
     /// Hosts sharing the limit when falling back to local buckets.
     pub fallback_hosts: u32,
-    /// Token-bucket parameters of the shared (Redis, or `mode = "none"`) bucket.
-    pub bucket: token_bucket::Params,
-    /// Token-bucket parameters of a local fallback bucket: the share of one of
-    /// `fallback_hosts` hosts.
-    pub fallback_bucket: token_bucket::Params,
+    /// Parameters of the shared decision (Redis, or `mode = "none"`): the whole limit.
+    pub params: algorithm::Params,
+    /// Parameters of a local fallback decision: the share of one of `fallback_hosts`.
+    pub fallback_params: algorithm::Params,
 }
 
 impl Rule {
-    /// A rule, with its bucket parameters derived once (not per request).
+    /// A rule, with its parameters derived once (not per request).
     pub fn new(
         name: String,
         algorithm: Algorithm,
         on_redis_failure: OnRedisFailure,
         fallback_hosts: u32,
     ) -> Self {
-        let params = |hosts| match algorithm {
-            Algorithm::TokenBucket {
-                capacity,
-                refill_rate,
-            } => token_bucket::Params::shared(capacity, refill_rate, hosts),
-        };
         Rule {
             name,
             algorithm,
             on_redis_failure,
             fallback_hosts,
-            bucket: params(1),
-            fallback_bucket: params(fallback_hosts),
+            params: algorithm.params(1),
+            fallback_params: algorithm.params(fallback_hosts),
         }
     }
 
     /// The capacity/limit: the `limit` field of replies and the largest possible cost.
     pub fn limit(&self) -> u64 {
-        match self.algorithm {
-            Algorithm::TokenBucket { capacity, .. } => capacity,
-        }
+        self.algorithm.limit()
     }
 }
 
@@ -297,6 +368,13 @@ pub struct Config {
 
 /// Largest capacity/limit accepted: keeps micro-token arithmetic exact in doubles.
 pub const MAX_CAPACITY: u64 = 1_000_000_000;
+
+/// Largest `limit` of a `sliding_window_log`: its log holds up to `limit` entries per
+/// key and each decision reads them all (use `sliding_window_counter` above this).
+pub const MAX_LOG_LIMIT: u64 = 10_000;
+
+/// Longest `window`: 30 days.
+pub const MAX_WINDOW_MS: u64 = 30 * 24 * 3600 * 1000;
 
 impl Config {
     /// Reads and validates the file at `path`.
@@ -383,63 +461,7 @@ impl Config {
                     format!("rule '{name}' is defined twice"),
                 ));
             }
-            let algorithm = match r.algorithm.get_ref() {
-                AlgorithmName::TokenBucket => {
-                    for (present, extra) in [
-                        (r.leak_rate.as_ref().map(|s| s.span()), "leak_rate"),
-                        (r.limit.as_ref().map(|s| s.span()), "limit"),
-                        (r.window.as_ref().map(|s| s.span()), "window"),
-                    ] {
-                        if let Some(span) = present {
-                            return Err(invalid(
-                                span,
-                                field(extra),
-                                format!("token_bucket has no '{extra}' (it takes capacity and refill_rate)"),
-                            ));
-                        }
-                    }
-                    let capacity = r.capacity.as_ref().ok_or_else(|| {
-                        invalid(
-                            spanned.span(),
-                            field("capacity"),
-                            "token_bucket needs 'capacity' (tokens, integer ≥ 1)".into(),
-                        )
-                    })?;
-                    if !(1..=MAX_CAPACITY).contains(capacity.get_ref()) {
-                        return Err(invalid(
-                            capacity.span(),
-                            field("capacity"),
-                            format!("must be an integer from 1 to {MAX_CAPACITY}"),
-                        ));
-                    }
-                    let rate = r.refill_rate.as_ref().ok_or_else(|| {
-                        invalid(
-                            spanned.span(),
-                            field("refill_rate"),
-                            "token_bucket needs 'refill_rate' (tokens/s, > 0)".into(),
-                        )
-                    })?;
-                    let ok = rate.get_ref().is_finite() && (1e-6..=1e9).contains(rate.get_ref());
-                    if !ok {
-                        return Err(invalid(
-                            rate.span(),
-                            field("refill_rate"),
-                            "must be a number of tokens/s from 0.000001 to 1e9".into(),
-                        ));
-                    }
-                    Algorithm::TokenBucket {
-                        capacity: *capacity.get_ref(),
-                        refill_rate: *rate.get_ref(),
-                    }
-                }
-                other => {
-                    return Err(invalid(
-                        r.algorithm.span(),
-                        field("algorithm"),
-                        format!("{other:?} is not available in this version (use token_bucket)"),
-                    ))
-                }
-            };
+            let algorithm = rule_algorithm(r, spanned.span(), &field, &invalid)?;
             let fallback_hosts = match &r.fallback_hosts {
                 Some(h) if !(1..=10_000).contains(h.get_ref()) => {
                     return Err(invalid(
@@ -474,6 +496,115 @@ impl Config {
     pub fn redis_timeout(&self) -> Duration {
         Duration::from_millis(self.redis.timeout_ms)
     }
+}
+
+/// The algorithm of rule `r` with its parameters, each checked and named in errors.
+fn rule_algorithm(
+    r: &RawRule,
+    rule_span: Range<usize>,
+    field: &dyn Fn(&str) -> String,
+    invalid: &dyn Fn(Range<usize>, String, String) -> ConfigError,
+) -> Result<Algorithm, ConfigError> {
+    let name = *r.algorithm.get_ref();
+    let takes: [&str; 2] = match name {
+        AlgorithmName::TokenBucket => ["capacity", "refill_rate"],
+        AlgorithmName::LeakyBucket => ["capacity", "leak_rate"],
+        _ => ["limit", "window"],
+    };
+    let algo = name.as_str();
+    let given = [
+        ("capacity", r.capacity.as_ref().map(|s| s.span())),
+        ("refill_rate", r.refill_rate.as_ref().map(|s| s.span())),
+        ("leak_rate", r.leak_rate.as_ref().map(|s| s.span())),
+        ("limit", r.limit.as_ref().map(|s| s.span())),
+        ("window", r.window.as_ref().map(|s| s.span())),
+    ];
+    for (extra, span) in given {
+        if let (Some(span), false) = (span, takes.contains(&extra)) {
+            return Err(invalid(
+                span,
+                field(extra),
+                format!(
+                    "{algo} has no '{extra}' (it takes {} and {})",
+                    takes[0], takes[1]
+                ),
+            ));
+        }
+    }
+    let missing = |what: &str, hint: &str| {
+        invalid(
+            rule_span.clone(),
+            field(what),
+            format!("{algo} needs '{what}' ({hint})"),
+        )
+    };
+    let count = |v: &Option<Spanned<u64>>, what: &str, max: u64| {
+        let v = v.as_ref().ok_or_else(|| missing(what, "an integer ≥ 1"))?;
+        if !(1..=max).contains(v.get_ref()) {
+            return Err(invalid(
+                v.span(),
+                field(what),
+                format!("must be an integer from 1 to {max}"),
+            ));
+        }
+        Ok(*v.get_ref())
+    };
+    let rate = |v: &Option<Spanned<f64>>, what: &str| {
+        let v = v.as_ref().ok_or_else(|| missing(what, "units/s, > 0"))?;
+        if !(v.get_ref().is_finite() && (1e-6..=1e9).contains(v.get_ref())) {
+            return Err(invalid(
+                v.span(),
+                field(what),
+                "must be a number of units/s from 0.000001 to 1e9".into(),
+            ));
+        }
+        Ok(*v.get_ref())
+    };
+    let window = || {
+        let w = r.window.as_ref().ok_or_else(|| {
+            missing(
+                "window",
+                "a duration such as \"500ms\", \"1s\", \"1m\", \"3h\", \"1d\"",
+            )
+        })?;
+        let bad = |why: String| invalid(w.span(), field("window"), why);
+        let d = humantime::parse_duration(w.get_ref()).map_err(|e| {
+            bad(format!(
+                "'{}' is not a duration such as \"500ms\", \"1m\" or \"1d\": {e}",
+                w.get_ref()
+            ))
+        })?;
+        let ms = d.as_millis();
+        if d.subsec_nanos() % 1_000_000 != 0 || ms < 1 || ms > u128::from(MAX_WINDOW_MS) {
+            return Err(bad(format!(
+                "must be a whole number of ms from 1ms to 30d (got '{}')",
+                w.get_ref()
+            )));
+        }
+        Ok(ms as u64)
+    };
+    Ok(match name {
+        AlgorithmName::TokenBucket => Algorithm::TokenBucket {
+            capacity: count(&r.capacity, "capacity", MAX_CAPACITY)?,
+            refill_rate: rate(&r.refill_rate, "refill_rate")?,
+        },
+        AlgorithmName::LeakyBucket => Algorithm::LeakyBucket {
+            capacity: count(&r.capacity, "capacity", MAX_CAPACITY)?,
+            leak_rate: rate(&r.leak_rate, "leak_rate")?,
+        },
+        AlgorithmName::FixedWindow => Algorithm::FixedWindow {
+            limit: count(&r.limit, "limit", MAX_CAPACITY)?,
+            window_ms: window()?,
+        },
+        AlgorithmName::SlidingWindowLog => Algorithm::SlidingWindowLog {
+            limit: count(&r.limit, "limit", MAX_LOG_LIMIT)?,
+            window_ms: window()?,
+        },
+        AlgorithmName::SlidingWindowCounter => Algorithm::SlidingWindowCounter {
+            limit: count(&r.limit, "limit", MAX_CAPACITY)?,
+            window_ms: window()?,
+        },
+    })
 }
 
 /// Splits a `redis.nodes` entry `"host:port"` into host and port (a port of 0 is
@@ -671,5 +802,113 @@ fallback_hosts = 2
             "nodes = []",
         );
         assert!(err(&none_nodes).contains("redis.nodes"));
+    }
+
+    const FIVE: &str = r#"
+[[rule]]
+name = "tb"
+algorithm = "token_bucket"
+capacity = 20
+refill_rate = 10.0
+
+[[rule]]
+name = "lb"
+algorithm = "leaky_bucket"
+capacity = 5000
+leak_rate = 3000.0
+
+[[rule]]
+name = "fw"
+algorithm = "fixed_window"
+limit = 100
+window = "1m"
+
+[[rule]]
+name = "swl"
+algorithm = "sliding_window_log"
+limit = 5
+window = "15m"
+
+[[rule]]
+name = "swc"
+algorithm = "sliding_window_counter"
+limit = 600
+window = "500ms"
+fallback_hosts = 4
+"#;
+
+    #[test]
+    fn parses_all_five_algorithms() {
+        let c = Config::parse(FIVE, "t.toml").unwrap();
+        assert_eq!(
+            c.rules["lb"].algorithm,
+            Algorithm::LeakyBucket {
+                capacity: 5000,
+                leak_rate: 3000.0
+            }
+        );
+        assert_eq!(
+            c.rules["fw"].algorithm,
+            Algorithm::FixedWindow {
+                limit: 100,
+                window_ms: 60_000
+            }
+        );
+        assert_eq!(c.rules["swl"].limit(), 5);
+        let swc = &c.rules["swc"];
+        assert_eq!(
+            swc.fallback_params,
+            algorithm::Params::SlidingWindowCounter(WindowParams {
+                limit: 150.0,
+                window: 500_000.0
+            })
+        );
+    }
+
+    #[test]
+    fn window_rules_are_checked_field_by_field() {
+        for (from, to, field, says) in [
+            (
+                "window = \"1m\"",
+                "window = \"1x\"",
+                "rule[2].window",
+                "not a duration",
+            ),
+            (
+                "window = \"1m\"",
+                "window = \"1500us\"",
+                "rule[2].window",
+                "whole number of ms",
+            ),
+            (
+                "window = \"1m\"",
+                "window = \"31d\"",
+                "rule[2].window",
+                "30d",
+            ),
+            ("window = \"1m\"", "", "rule[2].window", "needs 'window'"),
+            ("limit = 5\n", "limit = 20000\n", "rule[3].limit", "10000"),
+            (
+                "limit = 100",
+                "capacity = 100",
+                "rule[2].capacity",
+                "fixed_window has no 'capacity'",
+            ),
+            (
+                "leak_rate = 3000.0",
+                "leak_rate = 0.0",
+                "rule[1].leak_rate",
+                "units/s",
+            ),
+            (
+                "leak_rate = 3000.0",
+                "refill_rate = 1.0",
+                "rule[1].refill_rate",
+                "has no 'refill_rate'",
+            ),
+        ] {
+            let e = err(&FIVE.replacen(from, to, 1));
+            assert!(e.contains(field) && e.contains(says), "{field}: {e}");
+        }
     }
 }

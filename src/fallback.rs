@@ -1,26 +1,26 @@
-//! Decisions made without Redis: local token buckets, fail-open and fail-closed.
+//! Decisions made without Redis: local twins of the algorithms, fail-open, fail-closed.
 //!
 //! Used for every decision when `redis.mode = "none"` (full limits, one host), and when
 //! Redis cannot decide, per the rule's `on_redis_failure`:
-//! * `local`: a local bucket with `capacity ÷ hosts` and `refill_rate ÷ hosts`, so
-//!   `hosts` daemons together stay within the global limit (source `local`);
+//! * `local`: the rule's algorithm run locally with `limit ÷ hosts` (buckets: capacity
+//!   and rate ÷ hosts; windows: limit ÷ hosts, same window), so `hosts` daemons
+//!   together stay within the global limit (source `local`);
 //! * `allow`: ALLOW (source `fail_open`);
 //! * `deny`: DENY (source `fail_closed`).
 
-use crate::algorithm::token_bucket::{self, State};
+use crate::algorithm::{wall_clock_us, Params, State};
 use crate::config::{OnRedisFailure, Rule};
 use crate::protocol::{Decision, Source};
 use moka::sync::Cache;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 /// `wait_ms`/`reset_ms` of a `fail_closed` DENY: about when the circuit is probed again.
 pub const FAIL_CLOSED_RETRY_MS: u64 = 1000;
 
-/// Token buckets kept in this process, keyed by `"<rule>:<key>"`, bounded in number.
+/// Per-key algorithm states kept in this process ("local buckets", whatever the
+/// algorithm), keyed by `"<rule>:<key>"`, bounded in number.
 pub struct LocalBuckets {
     buckets: Cache<Box<str>, Arc<Mutex<Option<State>>>>,
-    epoch: Instant,
 }
 
 impl LocalBuckets {
@@ -29,33 +29,24 @@ impl LocalBuckets {
     pub fn new(max_keys: u64) -> Self {
         LocalBuckets {
             buckets: Cache::builder().max_capacity(max_keys).build(),
-            epoch: Instant::now(),
         }
     }
 
-    /// Decides `cost` units for `tag` on this process's monotonic clock. `limit` is the
-    /// rule's capacity, reported as is (CONTRACT §1), even when `params` is a share of it.
-    pub fn decide(
-        &self,
-        tag: &str,
-        limit: u64,
-        params: &token_bucket::Params,
-        cost: u32,
-    ) -> Decision {
+    /// Decides `cost` units for `tag` on the host's wall clock (µs since the epoch, so
+    /// windows align as in Redis; a clock stepping back counts as standing still).
+    /// `limit` is the rule's capacity/limit, reported as is (CONTRACT §1), even when
+    /// `params` is a share of it.
+    pub fn decide(&self, tag: &str, limit: u64, params: &Params, cost: u32) -> Decision {
         let bucket = match self.buckets.get(tag) {
             Some(b) => b,
             None => self
                 .buckets
                 .get_with(tag.into(), || Arc::new(Mutex::new(None))),
         };
-        let now = self.epoch.elapsed().as_micros() as f64;
         let mut state = bucket
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let (outcome, new_state) = token_bucket::decide(*state, now, params, u64::from(cost));
-        if new_state.is_some() {
-            *state = new_state;
-        }
+        let outcome = params.decide(&mut state, wall_clock_us(), u64::from(cost));
         Decision {
             allowed: outcome.allowed,
             limit,
@@ -81,7 +72,7 @@ impl LocalBuckets {
 pub fn decide_without_redis(local: &LocalBuckets, rule: &Rule, tag: &str, cost: u32) -> Decision {
     let limit = rule.limit();
     match rule.on_redis_failure {
-        OnRedisFailure::Local => local.decide(tag, limit, &rule.fallback_bucket, cost),
+        OnRedisFailure::Local => local.decide(tag, limit, &rule.fallback_params, cost),
         OnRedisFailure::Allow => Decision {
             allowed: true,
             limit,

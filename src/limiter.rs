@@ -2,7 +2,7 @@
 //! the deny cache, Redis, or the fallback (CONTRACT §1, §4).
 //!
 //! ```text
-//! CHECK ─ rule? ─ cost ≤ limit? ─┬─ mode none ──────────────► local bucket (full limit)
+//! CHECK ─ rule? ─ cost ≤ limit? ─┬─ mode none ──────────────► local twin (full limit)
 //!                                ├─ cached DENY ────────────► cache
 //!                                ├─ circuit open ───────────► on_redis_failure
 //!                                └─ EVALSHA within timeout ─┬► redis (DENY → cache)
@@ -139,7 +139,7 @@ impl Limiter {
             return ready(Reply::Decision(self.local.decide(
                 &tag,
                 rule.limit(),
-                &rule.bucket,
+                &rule.params,
                 cost,
             )));
         };
@@ -159,7 +159,7 @@ impl Limiter {
         let rule = Arc::clone(rule);
         Pending::Redis(Box::pin(async move {
             let asked = Instant::now();
-            let call = redis.token_bucket(&tag, &rule.bucket, cost);
+            let call = redis.decide(&tag, &rule.params, cost);
             let decision = match tokio::time::timeout(this.timeout, call).await {
                 Ok(Ok(o)) => {
                     let d = Decision {

@@ -7,10 +7,9 @@
 //! integers below 2^53 (capacity ≤ 10^9 tokens), which doubles represent exactly; the
 //! only rounding is the `floor` of each refill, done identically in `lua/token_bucket.lua`.
 
-use super::Outcome;
+use super::{ceil_ms, settle, Outcome};
 
-/// Micro-tokens per token.
-pub const MICRO: f64 = 1_000_000.0;
+pub use super::MICRO;
 
 /// Parameters of one bucket.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -43,41 +42,52 @@ pub struct State {
     pub ts: f64,
 }
 
+/// Tokens (µtok) in the bucket stored as `state` at `now` µs.
+fn tokens_at(state: Option<State>, now: f64, p: &Params) -> f64 {
+    match state {
+        None => p.capacity,
+        Some(s) => {
+            let now = now.max(s.ts);
+            p.capacity
+                .min(s.tokens + ((now - s.ts) * p.refill_rate).floor())
+        }
+    }
+}
+
 /// Decides a request of `cost` tokens at `now` µs.
 ///
 /// `state` is `None` for a key never seen (or expired: same thing, it is full). Returns
 /// the outcome and the state to store, or `None` when nothing changed (a DENY, or a
-/// cost of 0), which is what the Lua twin writes too. A clock that runs backwards is
-/// treated as standing still.
+/// cost of 0), which is what the Lua twin writes too.
 pub fn decide(state: Option<State>, now: f64, p: &Params, cost: u64) -> (Outcome, Option<State>) {
     let cap = p.capacity;
     let rate = p.refill_rate;
     let cost = cost as f64 * MICRO;
-    let mut now = now;
-    let mut tokens = cap;
-    if let Some(s) = state {
-        tokens = s.tokens;
-        if now < s.ts {
-            now = s.ts;
-        }
-        tokens = cap.min(tokens + ((now - s.ts) * rate).floor());
-    }
+    let now = state.map_or(now, |s| now.max(s.ts));
+    let mut tokens = tokens_at(state, now, p);
     let allowed = tokens >= cost;
-    let mut wait = 0.0;
-    if allowed {
+    let mut write = None;
+    if allowed && cost > 0.0 {
         tokens -= cost;
-    } else {
-        wait = ((cost - tokens) / (rate * 1000.0)).ceil();
+        write = Some(State { tokens, ts: now });
     }
-    let reset = ((cap - tokens) / (rate * 1000.0)).ceil();
+    let stored = write.or(state);
+    let at = |k: f64| tokens_at(stored, now + k * 1000.0, p);
+    let reset = settle(ceil_ms((cap - tokens) / rate), 0.0, |k| at(k) >= cap);
+    let wait = if allowed {
+        0.0
+    } else if cost > cap {
+        reset.max(1.0)
+    } else {
+        settle(ceil_ms((cost - tokens) / rate), 1.0, |k| at(k) >= cost)
+    };
     let outcome = Outcome {
         allowed,
         remaining: (tokens / MICRO).floor() as u64,
         reset_ms: reset as u64,
         wait_ms: wait as u64,
     };
-    let write = allowed && cost > 0.0;
-    (outcome, write.then_some(State { tokens, ts: now }))
+    (outcome, write)
 }
 
 #[cfg(test)]
@@ -123,6 +133,8 @@ mod tests {
         assert_eq!(p.refill_rate, 2.5);
         let p = Params::shared(3, 1.0, 4);
         assert_eq!(p.capacity, 750_000.0); // 0.75 tokens: never a whole request; conservative
+        let (o, _) = decide(None, 0.0, &p, 1);
+        assert!(!o.allowed && o.wait_ms >= 1);
     }
 
     #[test]
@@ -136,7 +148,7 @@ mod tests {
     proptest! {
         /// Over any trace, admitted tokens never exceed capacity + rate × elapsed, and
         /// `wait_ms` on a DENY is exactly when the same request turns into an ALLOW
-        /// (allowed at now + wait_ms, possibly denied 1 ms earlier).
+        /// (allowed at now + wait_ms, denied 1 ms earlier).
         #[test]
         fn never_admits_more_than_capacity_plus_refill(
             cap in 1u64..200, rate in 0.1f64..500.0,
@@ -155,10 +167,8 @@ mod tests {
                     prop_assert!(o.wait_ms >= 1);
                     let later = decide(st, now + o.wait_ms as f64 * 1000.0, &p, cost).0;
                     prop_assert!(later.allowed, "not allowed after wait_ms {}", o.wait_ms);
-                    if o.wait_ms > 1 {
-                        let before = decide(st, now + (o.wait_ms - 2) as f64 * 1000.0, &p, cost).0;
-                        prop_assert!(!before.allowed);
-                    }
+                    let before = decide(st, now + (o.wait_ms - 1) as f64 * 1000.0, &p, cost).0;
+                    prop_assert!(o.wait_ms == 1 || !before.allowed);
                 }
                 prop_assert!(admitted as f64 <= cap as f64 + rate * now / SEC + 1e-9);
             }

@@ -1,5 +1,5 @@
-//! The Redis client: runs the algorithms' Lua scripts with EVALSHA in Redis Cluster or a
-//! standalone Redis, through fred.
+//! The Redis client: runs the algorithms' Lua scripts (`lua/`, one per algorithm) with
+//! EVALSHA in Redis Cluster or a standalone Redis, through fred.
 //!
 //! * Scripts are loaded on every primary (`SCRIPT LOAD` via fred's
 //!   `script_load_cluster`) at start and by every probe, and re-loaded on `NOSCRIPT`
@@ -12,7 +12,7 @@
 //!   `default_command_timeout` is a backstop that frees commands queued while Redis is
 //!   away. fred's default reconnect policy is none: we set a constant one.
 
-use crate::algorithm::{token_bucket, Outcome};
+use crate::algorithm::{token_bucket, Outcome, Params, MICRO};
 use crate::circuit::{Circuit, PROBE_INTERVAL};
 use crate::config::{parse_node, RedisConfig, RedisMode};
 use fred::prelude::*;
@@ -21,8 +21,47 @@ use fred::types::scripts::Script;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The token bucket script (see the file for its arguments and reply).
+/// The token bucket script (see each file for its arguments and reply).
 pub const TOKEN_BUCKET_LUA: &str = include_str!("../../lua/token_bucket.lua");
+/// The leaky bucket script.
+pub const LEAKY_BUCKET_LUA: &str = include_str!("../../lua/leaky_bucket.lua");
+/// The fixed window script.
+pub const FIXED_WINDOW_LUA: &str = include_str!("../../lua/fixed_window.lua");
+/// The sliding window log script.
+pub const SLIDING_WINDOW_LOG_LUA: &str = include_str!("../../lua/sliding_window_log.lua");
+/// The sliding window counter script.
+pub const SLIDING_WINDOW_COUNTER_LUA: &str = include_str!("../../lua/sliding_window_counter.lua");
+
+/// The five scripts, loaded together.
+struct Scripts {
+    token_bucket: Script,
+    leaky_bucket: Script,
+    fixed_window: Script,
+    sliding_window_log: Script,
+    sliding_window_counter: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Scripts {
+            token_bucket: Script::from_lua(TOKEN_BUCKET_LUA),
+            leaky_bucket: Script::from_lua(LEAKY_BUCKET_LUA),
+            fixed_window: Script::from_lua(FIXED_WINDOW_LUA),
+            sliding_window_log: Script::from_lua(SLIDING_WINDOW_LOG_LUA),
+            sliding_window_counter: Script::from_lua(SLIDING_WINDOW_COUNTER_LUA),
+        }
+    }
+
+    fn all(&self) -> [&Script; 5] {
+        [
+            &self.token_bucket,
+            &self.leaky_bucket,
+            &self.fixed_window,
+            &self.sliding_window_log,
+            &self.sliding_window_counter,
+        ]
+    }
+}
 
 /// Delay between reconnection attempts, ms.
 const RECONNECT_DELAY_MS: u32 = 100;
@@ -30,7 +69,7 @@ const RECONNECT_DELAY_MS: u32 = 100;
 /// A connection (pool) to Redis plus the loaded scripts.
 pub struct RedisStore {
     client: Client,
-    token_bucket: Script,
+    scripts: Scripts,
     prefix: String,
     clustered: bool,
     /// The per-decision bound (`redis.timeout_ms`).
@@ -100,7 +139,7 @@ impl RedisStore {
             .build()?;
         Ok(RedisStore {
             client,
-            token_bucket: Script::from_lua(TOKEN_BUCKET_LUA),
+            scripts: Scripts::new(),
             prefix: cfg.prefix.clone(),
             clustered: cfg.mode == RedisMode::Cluster,
             timeout,
@@ -132,25 +171,37 @@ impl RedisStore {
         key
     }
 
-    /// Runs the token bucket script for `tag`: `cost` tokens under `params`, on the
+    /// Decides `cost` units for `tag` with the script of `params`' algorithm, on the
     /// Redis clock. Re-loads the script and retries once on `NOSCRIPT`.
     ///
     /// # Errors
     /// Whatever Redis or the connection reports (down, OOM, cluster down, ...), or a
     /// malformed script reply.
-    pub async fn token_bucket(
-        &self,
-        tag: &str,
-        params: &token_bucket::Params,
-        cost: u32,
-    ) -> Result<Outcome, Error> {
-        let args = vec![
-            format!("{:.0}", params.capacity),
-            params.refill_rate.to_string(),
-            format!("{:.0}", f64::from(cost) * token_bucket::MICRO),
-        ];
-        let reply: Vec<i64> = self
-            .token_bucket
+    pub async fn decide(&self, tag: &str, params: &Params, cost: u32) -> Result<Outcome, Error> {
+        let micro = || format!("{:.0}", f64::from(cost) * MICRO);
+        let s = &self.scripts;
+        let (script, args) = match params {
+            Params::TokenBucket(p) => (
+                &s.token_bucket,
+                vec![
+                    format!("{:.0}", p.capacity),
+                    p.refill_rate.to_string(),
+                    micro(),
+                ],
+            ),
+            Params::LeakyBucket(p) => (
+                &s.leaky_bucket,
+                vec![
+                    format!("{:.0}", p.capacity),
+                    p.leak_rate.to_string(),
+                    micro(),
+                ],
+            ),
+            Params::FixedWindow(w) => (&s.fixed_window, window_args(w, cost)),
+            Params::SlidingWindowLog(w) => (&s.sliding_window_log, window_args(w, cost)),
+            Params::SlidingWindowCounter(w) => (&s.sliding_window_counter, window_args(w, cost)),
+        };
+        let reply: Vec<i64> = script
             .evalsha_with_reload(&self.client, self.key(tag), args)
             .await?;
         outcome(&reply)
@@ -158,7 +209,10 @@ impl RedisStore {
 
     /// Loads every script on every primary.
     pub async fn load_scripts(&self) -> Result<(), Error> {
-        self.token_bucket.load(&self.client).await
+        for script in self.scripts.all() {
+            script.load(&self.client).await?;
+        }
+        Ok(())
     }
 
     /// One health check: refresh the cluster map (cluster mode), load the scripts on
@@ -170,8 +224,8 @@ impl RedisStore {
             self.client.sync_cluster().await?;
         }
         self.load_scripts().await?;
-        let params = token_bucket::Params::shared(1000, 1000.0, 1);
-        let decision = self.token_bucket("__probe__:__probe__", &params, 1);
+        let params = Params::TokenBucket(token_bucket::Params::shared(1000, 1000.0, 1));
+        let decision = self.decide("__probe__:__probe__", &params, 1);
         match tokio::time::timeout(self.timeout, decision).await {
             Ok(result) => result.map(drop),
             Err(_) => Err(Error::new(
@@ -226,6 +280,15 @@ pub fn is_unavailable(error: &Error) -> bool {
         ErrorKind::Unknown => !error.details().starts_with("ERR"),
         _ => true,
     }
+}
+
+/// `limit`, `window` (µs) and `cost` of the window scripts.
+fn window_args(w: &crate::algorithm::WindowParams, cost: u32) -> Vec<String> {
+    vec![
+        w.limit.to_string(),
+        format!("{:.0}", w.window),
+        cost.to_string(),
+    ]
 }
 
 fn outcome(reply: &[i64]) -> Result<Outcome, Error> {

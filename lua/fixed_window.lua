@@ -1,0 +1,62 @@
+-- Fixed window (CONTRACT §2), the twin of src/algorithm/fixed_window.rs.
+--
+-- KEYS[1]  a hash {w = start of the window, µs since the epoch, c = units admitted in
+--          it} named <prefix>:{<rule>:<key>}
+-- ARGV[1]  limit, units per window (may be fractional in tests of shared limits)
+-- ARGV[2]  window, µs (a whole number of ms); windows are aligned to the Unix epoch
+-- ARGV[3]  cost, units (integer)
+-- ARGV[4]  optional: "now" in µs. Only tests pass it; production uses Redis TIME.
+-- Returns  {allowed 0|1, remaining (floor), reset_ms, wait_ms}
+--
+-- The key expires 1 s after its window ends; a DENY or a cost of 0 writes nothing.
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local now
+if ARGV[4] then
+  now = tonumber(ARGV[4])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function ceil_ms(us)
+  return math.ceil(us / 1000)
+end
+
+local s = redis.call('HMGET', KEYS[1], 'w', 'c')
+local st_start, st_count
+if s[1] and s[2] then
+  st_start = tonumber(s[1])
+  st_count = tonumber(s[2])
+  if now < st_start then
+    now = st_start
+  end
+end
+-- math.fmod is C fmod: exact, as Rust's %.
+local start = now - math.fmod(now, window)
+local count = 0
+if st_start == start then
+  count = st_count
+end
+
+local allowed = count + cost <= limit
+local to_end = ceil_ms(start + window - now)
+if allowed and cost > 0 then
+  count = count + cost
+  redis.call('HSET', KEYS[1], 'w', string.format('%.0f', start), 'c', string.format('%.0f', count))
+  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', to_end + 1000))
+end
+local reset = 0
+if count > 0 then
+  reset = to_end
+end
+local wait = 0
+if not allowed then
+  if cost > limit then
+    wait = math.max(reset, 1)
+  else
+    wait = to_end
+  end
+end
+return {allowed and 1 or 0, math.max(math.floor(limit - count), 0), reset, wait}

@@ -1,0 +1,93 @@
+-- Leaky bucket as a traffic-shaping meter (CONTRACT §2), the twin of
+-- src/algorithm/leaky_bucket.rs: the same operations on IEEE doubles in the same order.
+--
+-- KEYS[1]  the queue: a hash {l = level in micro-units, ts = µs on the Redis clock}
+--          named <prefix>:{<rule>:<key>}
+-- ARGV[1]  capacity (queue size), micro-units (integer; capacity × 1e6)
+-- ARGV[2]  leak rate, units/s (= micro-units/µs), > 0
+-- ARGV[3]  cost, micro-units (integer)
+-- ARGV[4]  optional: "now" in µs. Only tests pass it; production uses Redis TIME.
+-- Returns  {allowed 0|1, remaining units (floor), reset_ms, wait_ms}
+--
+-- A new or expired key is empty. On ALLOW, wait_ms = level before the request ÷ leak
+-- rate (ceil): the caller waits that long, so admitted work runs at the leak rate. On
+-- DENY, wait_ms = first whole ms with room for `cost`. The key expires 1 s after the
+-- queue would be empty; a DENY or a cost of 0 writes nothing.
+local cap = tonumber(ARGV[1])
+local rate = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local now
+if ARGV[4] then
+  now = tonumber(ARGV[4])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function ceil_ms(us)
+  return math.ceil(us / 1000)
+end
+
+local function settle(guess, lo, ok)
+  local k = math.max(guess, lo)
+  local steps = 0
+  while (not ok(k)) and steps < 8 do
+    k = k + 1
+    steps = steps + 1
+  end
+  while k > lo and steps < 8 and ok(k - 1) do
+    k = k - 1
+    steps = steps + 1
+  end
+  return k
+end
+
+local st_level, st_ts
+local s = redis.call('HMGET', KEYS[1], 'l', 'ts')
+if s[1] and s[2] then
+  st_level = tonumber(s[1])
+  st_ts = tonumber(s[2])
+  if now < st_ts then
+    now = st_ts
+  end
+end
+
+local function level_at(t)
+  if not st_level then
+    return 0
+  end
+  if t < st_ts then
+    t = st_ts
+  end
+  return math.max(st_level - math.floor((t - st_ts) * rate), 0)
+end
+
+local level = level_at(now)
+local allowed = level + cost <= cap
+local wait = 0
+if allowed then
+  wait = ceil_ms(level / rate)
+  if cost > 0 then
+    level = level + cost
+    st_level = level
+    st_ts = now
+  end
+end
+local reset = settle(ceil_ms(level / rate), 0, function(k)
+  return level_at(now + k * 1000) <= 0
+end)
+if not allowed then
+  if cost > cap then
+    wait = math.max(reset, 1)
+  else
+    wait = settle(ceil_ms((level + cost - cap) / rate), 1, function(k)
+      return level_at(now + k * 1000) + cost <= cap
+    end)
+  end
+end
+
+if allowed and cost > 0 then
+  redis.call('HSET', KEYS[1], 'l', string.format('%.0f', level), 'ts', string.format('%.0f', now))
+  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', reset + 1000))
+end
+return {allowed and 1 or 0, math.max(math.floor((cap - level) / 1000000), 0), reset, wait}
