@@ -122,7 +122,7 @@ fn run(a: &Args) -> [Tally; 4] {
             let x = match a.mix.as_str() {
                 "near" => 2f64.powf(rng.gen_range(-1.0..1.0)),
                 "mostly-under" if rng.gen_bool(0.01) => 20f64.powf(rng.gen_range(0.0..1.0)),
-                "mostly-under" => 10f64.powf(rng.gen_range(-2.0..-0.30103)),
+                "mostly-under" => 10f64.powf(rng.gen_range(-2.0..-std::f64::consts::LOG10_2)),
                 _ => 10f64.powf(rng.gen_range(-1.0..1.0)),
             };
             Source {
