@@ -31,18 +31,51 @@ local function ceil_ms(us)
   return math.ceil(us / 1000)
 end
 
+-- The first whole ms k >= lo with ok(k), from a closed-form guess: check it, else
+-- gallop to a bracket and bisect (src/algorithm/mod.rs settle(), the same steps).
 local function settle(guess, lo, ok)
   local k = math.max(guess, lo)
-  local steps = 0
-  while (not ok(k)) and steps < 8 do
-    k = k + 1
-    steps = steps + 1
+  local good, bad
+  local step = 1
+  if ok(k) then
+    good = k
+    while true do
+      local below = good - step
+      if below < lo then
+        bad = lo - 1
+        break
+      end
+      if not ok(below) then
+        bad = below
+        break
+      end
+      good = below
+      step = step * 2
+    end
+  else
+    bad = k
+    while true do
+      local above = bad + step
+      if ok(above) then
+        good = above
+        break
+      end
+      bad = above
+      step = step * 2
+      if step > 1e15 then
+        return above
+      end
+    end
   end
-  while k > lo and steps < 8 and ok(k - 1) do
-    k = k - 1
-    steps = steps + 1
+  while good - bad > 1 do
+    local mid = math.floor((bad + good) / 2)
+    if ok(mid) then
+      good = mid
+    else
+      bad = mid
+    end
   end
-  return k
+  return good
 end
 
 local st_tokens, st_ts

@@ -171,22 +171,58 @@ pub fn ceil_ms(us: f64) -> f64 {
     (us / 1000.0).ceil()
 }
 
-/// The smallest `k ≥ lo` (whole ms) with `ok(k)`, starting from the closed-form guess
-/// `guess`, for a predicate that is false then true as `k` grows. Closed forms divide by
-/// rates and round, so the guess can be a step off; `settle` checks it against the
-/// decision rule itself and moves at most 8 steps. The Lua twins carry the same loop.
+/// The smallest `k ≥ lo` (whole ms) with `ok(k)`, for a predicate that is false then
+/// true as `k` grows, starting from the closed-form guess `guess`. Closed forms divide by
+/// rates and round (and bucket refills are floored per decision), so the guess can be a
+/// step off, or many at extreme rates; `settle` checks it against the decision rule
+/// itself: usually `ok(guess)` and `!ok(guess − 1)`, two calls. Otherwise it gallops
+/// (steps 1, 2, 4, …) to a bracket and bisects it: O(log distance) calls. The Lua twins
+/// carry the same function, so both answer alike.
 pub fn settle(guess: f64, lo: f64, ok: impl Fn(f64) -> bool) -> f64 {
-    let mut k = guess.max(lo);
-    let mut steps = 0;
-    while !ok(k) && steps < 8 {
-        k += 1.0;
-        steps += 1;
+    let k = guess.max(lo);
+    let mut good;
+    let mut bad;
+    let mut step = 1.0;
+    if ok(k) {
+        good = k;
+        loop {
+            let below = good - step;
+            if below < lo {
+                bad = lo - 1.0;
+                break;
+            }
+            if !ok(below) {
+                bad = below;
+                break;
+            }
+            good = below;
+            step *= 2.0;
+        }
+    } else {
+        bad = k;
+        loop {
+            let above = bad + step;
+            if ok(above) {
+                good = above;
+                break;
+            }
+            bad = above;
+            step *= 2.0;
+            if step > 1e15 {
+                // Never true (cannot happen for the algorithms' predicates).
+                return above;
+            }
+        }
     }
-    while k > lo && steps < 8 && ok(k - 1.0) {
-        k -= 1.0;
-        steps += 1;
+    while good - bad > 1.0 {
+        let mid = ((bad + good) / 2.0).floor();
+        if ok(mid) {
+            good = mid;
+        } else {
+            bad = mid;
+        }
     }
-    k
+    good
 }
 
 #[cfg(test)]
@@ -199,6 +235,9 @@ mod tests {
         assert_eq!(settle(5.0, 1.0, |k| k >= 3.0), 3.0);
         assert_eq!(settle(0.0, 1.0, |k| k >= 0.0), 1.0);
         assert_eq!(settle(5.0, 0.0, |k| k >= 5.0), 5.0);
+        assert_eq!(settle(5.0, 0.0, |k| k >= 1_000_003.0), 1_000_003.0);
+        assert_eq!(settle(1_000_000.0, 0.0, |k| k >= 17.0), 17.0);
+        assert_eq!(settle(1_000_000.0, 3.0, |_| true), 3.0);
     }
 
     #[test]
