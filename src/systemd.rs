@@ -250,7 +250,8 @@ impl Status {
             RedisMode::Standalone => "redis standalone: connected",
         };
         let rules = self.rules.load(Ordering::Relaxed);
-        let mut line = format!("serving {rules} rules on {}; {redis}", self.socket);
+        let plural = if rules == 1 { "" } else { "s" };
+        let mut line = format!("serving {rules} rule{plural} on {}; {redis}", self.socket);
         if let Some(e) = self.reload_error.lock().ok().and_then(|e| e.clone()) {
             // One line: systemd shows STATUS= on one line.
             let e = e.split_whitespace().collect::<Vec<_>>().join(" ");

@@ -330,7 +330,7 @@ fn socket_activation_serves_the_inherited_socket_and_leaves_it_on_exit() {
     let ready = notify.expect(&d, "READY=1", |m| has_line(m, "READY=1"));
     let status = status_of(&ready).unwrap_or_default().to_owned();
     assert!(status.contains("(socket-activated)"), "{status}");
-    assert!(status.contains("1 rules"), "{status}");
+    assert!(status.starts_with("serving 1 rule on "), "{status}");
     assert!(d.log().contains("socket_activated=true"), "{}", d.log());
 
     d.signal(libc::SIGTERM);
@@ -370,7 +370,7 @@ fn notify_ready_status_watchdog_and_stopping() {
         status_of(&ready),
         Some(
             format!(
-                "serving 1 rules on {}; redis standalone: connected",
+                "serving 1 rule on {}; redis standalone: connected",
                 d.socket.display()
             )
             .as_str()
@@ -435,6 +435,30 @@ fn sighup_reload_notifies_applies_rules_and_survives_a_broken_file() {
     let mut c = d.connect();
     assert!(c.request("CHECK api k1").starts_with("ALLOW 10 9 "));
 
+    // Another client pipelines batches of requests throughout the reloads below; every
+    // request must get its reply (no request dropped, no connection closed).
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy = {
+        let mut client = d.connect();
+        let stop = Arc::clone(&stop);
+        thread::spawn(move || {
+            let batch: Vec<String> = (0..50).map(|i| format!("CHECK api busy{i}")).collect();
+            let mut answered = 0usize;
+            // Bounded: at most 400 batches (20,000 requests).
+            for _ in 0..400 {
+                for reply in client.pipeline(&batch) {
+                    parse_reply(&reply);
+                    answered += 1;
+                }
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                thread::sleep(Duration::from_millis(2));
+            }
+            answered
+        })
+    };
+
     // New limit, and a [server] value that cannot change live.
     d.write_config(&format!(
         "[server]\nmax_in_flight = 64\n{}",
@@ -476,4 +500,39 @@ fn sighup_reload_notifies_applies_rules_and_survives_a_broken_file() {
     assert!(c.request("CHECK api k2").starts_with("ALLOW 3 1 "));
     assert_eq!(d.connect().request("PING"), "PONG");
     assert!(d.log().contains("old one stays in force"), "{}", d.log());
+
+    stop.store(true, Ordering::Relaxed);
+    let answered = busy.join().expect("the pipelining client failed");
+    assert!(answered >= 50 && answered % 50 == 0, "{answered}");
+}
+
+/// With Redis unreachable at start, READY=1 still comes (after the bounded wait), and
+/// STATUS says decisions are local.
+#[test]
+fn notify_ready_with_redis_unreachable_says_local() {
+    let mut notify = NotifySocket::bind();
+    let config = format!(
+        "[redis]\nmode = \"cluster\"\nnodes = [\"127.0.0.1:{}\"]\n{}",
+        free_port(),
+        LOCAL.replace("[redis]\nmode = \"none\"\n", "")
+    );
+    let d = Daemon::start_with(&daemon_bin(), &[("NOTIFY_SOCKET", notify.path())], &config);
+    let ready = notify.expect(&d, "READY=1", |m| has_line(m, "READY=1"));
+    assert!(
+        status_of(&ready)
+            .is_some_and(|s| s
+                .ends_with("redis cluster: unreachable, deciding locally per on_redis_failure")),
+        "{ready}"
+    );
+    // The first message said what it was waiting for.
+    assert_eq!(
+        notify.seen.first().and_then(|m| status_of(m)),
+        Some("starting: connecting to Redis"),
+        "{:?}",
+        notify.seen
+    );
+    assert_eq!(
+        parse_reply(&d.connect().request("CHECK api k")).source,
+        "local"
+    );
 }
