@@ -29,8 +29,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # One command builds the package (release build of the daemon, symbols split off
-# into a -dbgsym .ddeb).
-cargo deb --output "$work" >&2 || fail "cargo deb"
+# into a -dbgsym .ddeb). --fast: lighter xz compression, same contents (saves ~15 s).
+cargo deb --fast --output "$work" >&2 || fail "cargo deb"
 deb=$(ls "$work"/ratelimitd_*.deb)
 log "built $(basename "$deb") ($(du -h "$deb" | cut -f1)) in $((SECONDS - start)) s"
 
