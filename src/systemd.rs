@@ -289,7 +289,12 @@ pub async fn supervise(status: Arc<Status>, limiter: Arc<Limiter>, watchdog: Opt
                     last = line;
                 }
             }
-            _ = async { watchdog_tick.as_mut().expect("guarded").tick().await }, if watchdog_tick.is_some() => {
+            () = async {
+                match watchdog_tick.as_mut() {
+                    Some(t) => drop(t.tick().await),
+                    None => std::future::pending().await,
+                }
+            } => {
                 let (reply, _) = limiter.handle(b"PING");
                 let reply = reply.await;
                 let mut out = bytes::BytesMut::new();
