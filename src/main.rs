@@ -143,7 +143,6 @@ async fn run(config_path: PathBuf, config: Config) -> Result<(), String> {
     tokio::select! {
         () = &mut serving => {}
         () = shutdown.cancelled() => {
-            systemd::notify_stopping();
             if tokio::time::timeout(SHUTDOWN_GRACE, &mut serving).await.is_err() {
                 tracing::warn!("connections still open after {SHUTDOWN_GRACE:?}; closing them");
             }
@@ -236,6 +235,7 @@ async fn handle_signals(
             }
         }
     }
+    systemd::notify_stopping();
     shutdown.cancel();
 }
 

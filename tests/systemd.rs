@@ -381,18 +381,12 @@ fn notify_ready_status_watchdog_and_stopping() {
     let mut c = d.connect();
     assert_eq!(parse_reply(&c.request("CHECK api w")).source, "redis");
 
-    // Pings keep coming (at least 5 within 3 s at one per 150 ms).
-    let start = Instant::now();
+    // Pings keep coming (one per 150 ms; the interval itself is not timed here).
     for i in 0..5 {
         notify.expect(&d, &format!("WATCHDOG=1 #{i}"), |m| {
             has_line(m, "WATCHDOG=1")
         });
     }
-    assert!(
-        start.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        start.elapsed()
-    );
 
     // Redis dies: the first failed decision opens the circuit, STATUS says so.
     redis.kill();
@@ -504,6 +498,12 @@ fn sighup_reload_notifies_applies_rules_and_survives_a_broken_file() {
     stop.store(true, Ordering::Relaxed);
     let answered = busy.join().expect("the pipelining client failed");
     assert!(answered >= 50 && answered % 50 == 0, "{answered}");
+    // No WATCHDOG_USEC, no watchdog pings.
+    assert!(
+        !notify.seen.iter().any(|m| has_line(m, "WATCHDOG=1")),
+        "{:?}",
+        notify.seen
+    );
 }
 
 /// With Redis unreachable at start, READY=1 still comes (after the bounded wait), and
