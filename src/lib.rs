@@ -16,7 +16,8 @@
 //! * [`circuit`]: the Redis circuit breaker;
 //! * [`fallback`]: local buckets, fail-open, fail-closed;
 //! * [`limiter`]: the decision flow tying those together;
-//! * [`server`]: the socket, connections, shutdown.
+//! * [`server`]: the socket, connections, shutdown;
+//! * [`systemd`]: socket activation, `sd_notify` readiness, status and watchdog.
 
 pub mod algorithm;
 pub mod cache;
@@ -27,3 +28,4 @@ pub mod limiter;
 pub mod protocol;
 pub mod server;
 pub mod store;
+pub mod systemd;

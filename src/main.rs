@@ -6,6 +6,7 @@ use ratelimitd::config::{Config, FallbackConfig, RedisMode};
 use ratelimitd::limiter::Limiter;
 use ratelimitd::server::{self, ConnectionLimits};
 use ratelimitd::store::redis::RedisStore;
+use ratelimitd::systemd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -80,15 +81,49 @@ fn main() -> ExitCode {
 async fn run(config_path: PathBuf, config: Config) -> Result<(), String> {
     // Installed first, so a signal during start-up is handled, not fatal.
     let signals = Signals::install().map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    // Socket activation (systemd/ratelimitd.socket): serve the socket systemd passed.
+    let activated = systemd::activated_listener().map_err(|e| e.to_string())?;
+    systemd::notify_status("starting: connecting to Redis");
     let (redis, circuit) = start_redis(&config).await?;
-    let limiter = Arc::new(Limiter::new(&config, redis, circuit));
+    let limiter = Arc::new(Limiter::new(&config, redis, Arc::clone(&circuit)));
     let socket = config.server.socket.clone();
-    let listener = server::bind(&socket, config.server.socket_mode).map_err(|e| e.to_string())?;
+    let (listener, served, is_activated) = match activated {
+        Some((listener, path)) => {
+            if path.as_deref() != Some(socket.as_path()) {
+                tracing::warn!(
+                    configured = %socket.display(), passed = ?path,
+                    "server.socket differs from the socket systemd passed; serving the one systemd passed"
+                );
+            }
+            (listener, path, true)
+        }
+        None => {
+            let listener =
+                server::bind(&socket, config.server.socket_mode).map_err(|e| e.to_string())?;
+            (listener, Some(socket.clone()), false)
+        }
+    };
     tracing::info!(
-        socket = %socket.display(),
+        socket = %served.as_deref().unwrap_or(&socket).display(),
+        socket_activated = is_activated,
         rules = config.rules.len(),
         "ratelimitd serving"
     );
+    let status = Arc::new(systemd::Status::new(
+        config.redis.mode,
+        served.as_deref(),
+        is_activated,
+        config.rules.len(),
+        circuit,
+    ));
+    systemd::notify_ready(&status.line());
+    let supervisor = systemd::notify_enabled().then(|| {
+        tokio::spawn(systemd::supervise(
+            Arc::clone(&status),
+            Arc::clone(&limiter),
+            systemd::watchdog_interval(),
+        ))
+    });
 
     let shutdown = CancellationToken::new();
     let signals = tokio::spawn(handle_signals(
@@ -97,6 +132,7 @@ async fn run(config_path: PathBuf, config: Config) -> Result<(), String> {
         config.clone(),
         Arc::clone(&limiter),
         shutdown.clone(),
+        status,
     ));
     let limits = ConnectionLimits {
         max_line_bytes: config.server.max_line_bytes,
@@ -113,8 +149,14 @@ async fn run(config_path: PathBuf, config: Config) -> Result<(), String> {
         }
     }
     signals.abort();
-    if let Err(e) = std::fs::remove_file(&socket) {
-        tracing::warn!(socket = %socket.display(), error = %e, "could not remove the socket file");
+    if let Some(supervisor) = supervisor {
+        supervisor.abort();
+    }
+    // A socket passed by systemd is systemd's: it stays, listening for the next start.
+    if !is_activated {
+        if let Err(e) = std::fs::remove_file(&socket) {
+            tracing::warn!(socket = %socket.display(), error = %e, "could not remove the socket file");
+        }
     }
     tracing::info!("ratelimitd stopped");
     Ok(())
@@ -178,39 +220,75 @@ async fn handle_signals(
     mut current: Config,
     limiter: Arc<Limiter>,
     shutdown: CancellationToken,
+    status: Arc<systemd::Status>,
 ) {
     loop {
         tokio::select! {
             _ = signals.term.recv() => { tracing::info!("SIGTERM: finishing in-flight requests and stopping"); break }
             _ = signals.int.recv() => { tracing::info!("SIGINT: finishing in-flight requests and stopping"); break }
-            _ = signals.hup.recv() => current = reload(&config_path, current, &limiter),
+            _ = signals.hup.recv() => {
+                systemd::notify_reloading();
+                let error;
+                (current, error) = reload(&config_path, current, &limiter);
+                status.reloaded(current.rules.len(), error);
+                systemd::notify_ready(&status.line());
+            }
         }
     }
+    systemd::notify_stopping();
     shutdown.cancel();
 }
 
-/// Re-reads the config; applies the rules, reports settings that need a restart.
-fn reload(path: &Path, current: Config, limiter: &Limiter) -> Config {
+/// Re-reads the config; applies the rules, reports settings that need a restart. Returns
+/// the configuration in force and, if the file was rejected, why.
+fn reload(path: &Path, current: Config, limiter: &Limiter) -> (Config, Option<String>) {
     let new = match Config::load(path) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!("SIGHUP: new configuration rejected, the old one stays in force: {e}");
-            return current;
+            return (current, Some(e.to_string()));
         }
     };
+    let (s, n, r, m) = (&current.server, &new.server, &current.redis, &new.redis);
+    let mut reported: Vec<&str> = Vec::new();
     for (changed, what) in [
-        (new.server != current.server, "[server]"),
-        (new.redis != current.redis, "[redis]"),
-        (new.cache != current.cache, "[cache]"),
+        (n.socket != s.socket, "server.socket"),
+        (n.socket_mode != s.socket_mode, "server.socket_mode"),
+        (
+            n.max_line_bytes != s.max_line_bytes,
+            "server.max_line_bytes",
+        ),
+        (n.max_in_flight != s.max_in_flight, "server.max_in_flight"),
+        (m.mode != r.mode, "redis.mode"),
+        (m.nodes.get_ref() != r.nodes.get_ref(), "redis.nodes"),
+        (m.timeout_ms != r.timeout_ms, "redis.timeout_ms"),
+        (m.prefix != r.prefix, "redis.prefix"),
+        (new.cache.ttl_ms != current.cache.ttl_ms, "cache.ttl_ms"),
+        (
+            new.cache.max_entries != current.cache.max_entries,
+            "cache.max_entries",
+        ),
         (
             new.fallback.max_keys != current.fallback.max_keys,
             "fallback.max_keys",
         ),
-    ] {
-        if changed {
+    ]
+    .into_iter()
+    // A field without a line above is still reported, by its section.
+    .chain([
+        (n != s, "[server]"),
+        (m != r, "[redis]"),
+        (new.cache != current.cache, "[cache]"),
+    ]) {
+        fn section(f: &str) -> &str {
+            f.trim_matches(['[', ']']).split('.').next().unwrap_or("")
+        }
+        let already = what.starts_with('[') && reported.iter().any(|f| section(f) == section(what));
+        if changed && !already {
             tracing::warn!(
-                "SIGHUP: {what} changed; it applies after a restart (the running value stays)"
+                "SIGHUP: {what} changed; it needs a restart to apply (the running value stays)"
             );
+            reported.push(what);
         }
     }
     limiter.replace_rules(new.rules.clone());
@@ -220,9 +298,10 @@ fn reload(path: &Path, current: Config, limiter: &Limiter) -> Config {
         hosts: new.fallback.hosts,
         max_keys: current.fallback.max_keys,
     };
-    Config {
+    let config = Config {
         rules: new.rules,
         fallback,
         ..current
-    }
+    };
+    (config, None)
 }

@@ -18,6 +18,14 @@ fi
 if ! command -v socat >/dev/null 2>&1; then
   missing_pkgs+=(socat)
 fi
+# tests/systemd.rs: systemd-analyze verify, systemd-socket-activate (no systemd as
+# PID 1 needed); tests/deb.sh: dpkg-deb, objcopy (debug symbols of the .deb).
+if ! command -v systemd-analyze >/dev/null 2>&1 || ! command -v systemd-socket-activate >/dev/null 2>&1; then
+  missing_pkgs+=(systemd)
+fi
+if ! command -v objcopy >/dev/null 2>&1; then
+  missing_pkgs+=(binutils)
+fi
 
 if ((${#missing_pkgs[@]})); then
   log "missing tools; installing Debian packages: ${missing_pkgs[*]}"
@@ -43,7 +51,7 @@ if ((${#missing_pkgs[@]})); then
     log "apt-get install reported an error; checking the binaries anyway"
 fi
 
-for tool in redis-server redis-cli socat; do
+for tool in redis-server redis-cli socat systemd-analyze systemd-socket-activate objcopy; do
   command -v "$tool" >/dev/null 2>&1 || { log "$tool is still missing after install"; exit 1; }
 done
 log "using $(redis-server --version | head -n1)"
@@ -57,6 +65,17 @@ totals=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passe
               END { printf "%d %d", p, f }' "$out")
 read -r passed failed <<<"$totals"
 
+# The Debian package: cargo deb builds it, tests/deb.sh checks its contents (one
+# more test in the total). RATELIMITD_SKIP_DEB=1 skips it while iterating.
+if [ "${RATELIMITD_SKIP_DEB:-0}" != 1 ]; then
+  if bash tests/deb.sh; then
+    passed=$((passed + 1))
+  else
+    log "tests/deb.sh failed"
+    failed=$((failed + 1))
+  fi
+fi
+
 # ---------------------------------------------------------------------------
 # CHAOS SUITE HOOK: the chaos/ suite (Redis failures: kill, freeze, failover,
 # script-cache flush, OOM...) will be called from here, after the tests above
@@ -65,3 +84,5 @@ read -r passed failed <<<"$totals"
 # ---------------------------------------------------------------------------
 
 echo "ratelimitd: $passed passed, $failed failed"
+# A failed package check fails the run (the cargo tests above already exit non-zero).
+[ "$failed" -eq 0 ]

@@ -914,7 +914,20 @@ impl Daemon {
     /// As [`Self::start`] with another program (same `--config <file>`
     /// interface) and extra environment variables.
     pub fn start_with(program: &Path, env: &[(&str, &str)], config: &str) -> Daemon {
-        let mut d = Self::spawn(program, env, config);
+        Self::start_wrapped(&[], program, env, config)
+    }
+
+    /// As [`Self::start_with`], with the daemon run through `wrapper` (a program and
+    /// its arguments): `wrapper… <program> --config <file>`, e.g.
+    /// `["systemd-socket-activate", "-l", "{socket}"]`. `{socket}` in the wrapper's
+    /// arguments is replaced by the socket path; `env` goes to the wrapper.
+    pub fn start_wrapped(
+        wrapper: &[&str],
+        program: &Path,
+        env: &[(&str, &str)],
+        config: &str,
+    ) -> Daemon {
+        let mut d = Self::spawn_wrapped(wrapper, program, env, config);
         let deadline = Instant::now() + DAEMON_START_TIMEOUT;
         loop {
             if let Ok(Some(status)) = d.child.try_wait() {
@@ -972,12 +985,30 @@ impl Daemon {
     }
 
     fn spawn(program: &Path, env: &[(&str, &str)], config: &str) -> Daemon {
+        Self::spawn_wrapped(&[], program, env, config)
+    }
+
+    fn spawn_wrapped(
+        wrapper: &[&str],
+        program: &Path,
+        env: &[(&str, &str)],
+        config: &str,
+    ) -> Daemon {
         let dir = short_tempdir("rld-daemon-");
         let socket = dir.path().join("ratelimitd.sock");
         let config_path = dir.path().join("ratelimitd.toml");
         fs::write(&config_path, config_with_socket(config, &socket)).expect("writing config");
         let log = fs::File::create(dir.path().join("daemon.log")).expect("creating daemon.log");
-        let mut cmd = Command::new(program);
+        let mut cmd = match wrapper.split_first() {
+            None => Command::new(program),
+            Some((wrapper, args)) => {
+                let mut cmd = Command::new(wrapper);
+                let socket = socket.to_string_lossy();
+                cmd.args(args.iter().map(|a| a.replace("{socket}", &socket)))
+                    .arg(program);
+                cmd
+            }
+        };
         cmd.arg("--config")
             .arg(&config_path)
             .current_dir(dir.path())
