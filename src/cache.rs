@@ -84,9 +84,13 @@ impl DenyCache {
         }
     }
 
-    /// Entries currently held (approximate, for logs and metrics).
+    /// Entries currently held, for logs and metrics (runs moka's pending maintenance
+    /// first so the count is current: not for the hot path).
     pub fn len(&self) -> u64 {
-        self.entries.as_ref().map_or(0, |e| e.entry_count())
+        self.entries.as_ref().map_or(0, |e| {
+            e.run_pending_tasks();
+            e.entry_count()
+        })
     }
 
     /// True when nothing is cached.

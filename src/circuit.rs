@@ -24,6 +24,9 @@ pub struct Circuit {
 impl Circuit {
     /// A circuit in the given state (`open = true` until Redis has been seen working).
     pub fn new(open: bool) -> Self {
+        if open {
+            crate::metrics::circuit(true);
+        }
         Circuit {
             open: AtomicBool::new(open),
             tripped: Notify::new(),
@@ -40,6 +43,7 @@ impl Circuit {
     pub fn trip(&self, why: &dyn std::fmt::Display) {
         if !self.open.swap(true, Ordering::AcqRel) {
             tracing::warn!(reason = %why, "Redis failed; circuit open: deciding locally per on_redis_failure until Redis answers again");
+            crate::metrics::circuit(true);
             self.tripped.notify_one();
         }
     }
@@ -48,6 +52,7 @@ impl Circuit {
     pub fn close(&self) {
         if self.open.swap(false, Ordering::AcqRel) {
             tracing::info!("Redis answers again; circuit closed: decisions go to Redis");
+            crate::metrics::circuit(false);
         }
     }
 

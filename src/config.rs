@@ -159,6 +159,15 @@ impl Default for FallbackConfig {
     }
 }
 
+/// `[metrics]`: the opt-in Prometheus endpoint.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// `ip:port` of the HTTP listener serving the metrics (e.g. `"127.0.0.1:9090"`);
+    /// absent: no metrics. Unauthenticated: keep it on loopback.
+    pub listen: Option<std::net::SocketAddr>,
+}
+
 /// What a rule does when Redis cannot decide.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
@@ -227,6 +236,8 @@ struct RawConfig {
     cache: CacheConfig,
     #[serde(default)]
     fallback: FallbackConfig,
+    #[serde(default)]
+    metrics: MetricsConfig,
     #[serde(default)]
     rule: Vec<Spanned<RawRule>>,
 }
@@ -362,6 +373,8 @@ pub struct Config {
     pub cache: CacheConfig,
     /// `[fallback]`.
     pub fallback: FallbackConfig,
+    /// `[metrics]`.
+    pub metrics: MetricsConfig,
     /// Rules by name.
     pub rules: HashMap<String, Arc<Rule>>,
 }
@@ -488,6 +501,7 @@ impl Config {
             redis,
             cache: raw.cache,
             fallback: raw.fallback,
+            metrics: raw.metrics,
             rules,
         })
     }

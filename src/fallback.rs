@@ -57,8 +57,10 @@ impl LocalBuckets {
         }
     }
 
-    /// Buckets currently held (approximate).
+    /// Keys currently held, for logs and metrics (runs moka's pending maintenance first
+    /// so the count is current: not for the hot path).
     pub fn len(&self) -> u64 {
+        self.buckets.run_pending_tasks();
         self.buckets.entry_count()
     }
 

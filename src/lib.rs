@@ -16,6 +16,7 @@
 //! * [`circuit`]: the Redis circuit breaker;
 //! * [`fallback`]: local buckets, fail-open, fail-closed;
 //! * [`limiter`]: the decision flow tying those together;
+//! * [`metrics`]: Prometheus metrics (opt-in);
 //! * [`server`]: the socket, connections, shutdown;
 //! * [`systemd`]: socket activation, `sd_notify` readiness, status and watchdog.
 
@@ -25,6 +26,7 @@ pub mod circuit;
 pub mod config;
 pub mod fallback;
 pub mod limiter;
+pub mod metrics;
 pub mod protocol;
 pub mod server;
 pub mod store;

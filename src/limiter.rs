@@ -14,8 +14,9 @@ use crate::cache::DenyCache;
 use crate::circuit::Circuit;
 use crate::config::{Config, Rule};
 use crate::fallback::{decide_without_redis, LocalBuckets};
+use crate::metrics::{self, DecisionCounters, RedisCalls};
 use crate::protocol::{self, Decision, ErrorCode, ProtoError, Reply, Request, Source};
-use crate::store::redis::{is_unavailable, RedisStore};
+use crate::store::redis::{error_kind, is_unavailable, RedisStore};
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
 use std::future::Future;
@@ -28,9 +29,28 @@ use std::time::{Duration, Instant};
 /// The rules in force; swapped whole on reload, so a request sees one version.
 pub type Rules = HashMap<String, Arc<Rule>>;
 
+/// A rule in force with its metrics.
+struct Entry {
+    rule: Arc<Rule>,
+    counters: DecisionCounters,
+}
+
+/// The rules in force as the limiter holds them.
+type Active = HashMap<String, Arc<Entry>>;
+
+fn activate(rules: Rules) -> Active {
+    rules
+        .into_iter()
+        .map(|(name, rule)| {
+            let counters = DecisionCounters::new(&name);
+            (name, Arc::new(Entry { rule, counters }))
+        })
+        .collect()
+}
+
 /// Everything a decision needs, shared by all connections.
 pub struct Limiter {
-    rules: ArcSwap<Rules>,
+    rules: ArcSwap<Active>,
     cache: DenyCache,
     local: LocalBuckets,
     redis: Option<Arc<RedisStore>>,
@@ -39,6 +59,7 @@ pub struct Limiter {
     epoch: Instant,
     /// When a per-key Redis error was last logged: s since `epoch`, plus 1 (0 = never).
     last_key_error_log: AtomicU64,
+    redis_calls: RedisCalls,
 }
 
 /// Per-key Redis errors are logged at most this often.
@@ -70,7 +91,7 @@ impl Limiter {
     /// with the Redis prober.
     pub fn new(config: &Config, redis: Option<Arc<RedisStore>>, circuit: Arc<Circuit>) -> Self {
         Limiter {
-            rules: ArcSwap::from_pointee(config.rules.clone()),
+            rules: ArcSwap::from_pointee(activate(config.rules.clone())),
             cache: DenyCache::new(config.cache.ttl_ms, config.cache.max_entries),
             local: LocalBuckets::new(config.fallback.max_keys),
             redis,
@@ -78,13 +99,14 @@ impl Limiter {
             timeout: config.redis_timeout(),
             epoch: Instant::now(),
             last_key_error_log: AtomicU64::new(0),
+            redis_calls: RedisCalls::default(),
         }
     }
 
     /// Puts `rules` in force for requests that start from now on; in-flight requests
     /// finish under the rules they started with. Clears the deny cache.
     pub fn replace_rules(&self, rules: Rules) {
-        self.rules.store(Arc::new(rules));
+        self.rules.store(Arc::new(activate(rules)));
         self.cache.clear();
     }
 
@@ -95,38 +117,49 @@ impl Limiter {
             Ok(Request::Check { rule, key, cost }) => (self.check(rule, key, cost), false),
             Ok(Request::Ping) => (Pending::Ready(Some(Reply::Pong)), false),
             Ok(Request::Quit) => (Pending::Ready(Some(Reply::Bye)), true),
-            Err(e) => (Pending::Ready(Some(e.into())), false),
+            Err(e) => {
+                metrics::error_reply(e.code);
+                (Pending::Ready(Some(e.into())), false)
+            }
         }
+    }
+
+    /// Entries in the deny cache and keys with local state (approximate).
+    pub fn sizes(&self) -> (u64, u64) {
+        (self.cache.len(), self.local.len())
     }
 
     /// Decides `CHECK rule key cost` (key and cost already valid per the protocol).
     pub fn check(self: &Arc<Self>, rule: &[u8], key: &[u8], cost: u32) -> Pending {
         let ready = |reply: Reply| Pending::Ready(Some(reply));
+        let error = |e: ProtoError| {
+            metrics::error_reply(e.code);
+            ready(e.into())
+        };
         let rules = self.rules.load();
-        let Some(rule) = std::str::from_utf8(rule)
+        let Some(entry) = std::str::from_utf8(rule)
             .ok()
             .and_then(|name| rules.get(name))
         else {
-            return ready(
-                ProtoError::new(
-                    ErrorCode::Rule,
-                    format!("unknown rule '{}'", protocol::printable(rule, 64)),
-                )
-                .into(),
-            );
+            return error(ProtoError::new(
+                ErrorCode::Rule,
+                format!("unknown rule '{}'", protocol::printable(rule, 64)),
+            ));
+        };
+        let rule = &entry.rule;
+        let decided = |d: Decision| {
+            entry.counters.record(&d);
+            ready(Reply::Decision(d))
         };
         if u64::from(cost) > rule.limit() {
-            return ready(
-                ProtoError::new(
-                    ErrorCode::Cost,
-                    format!(
-                        "cost {cost} exceeds rule '{}' limit {} and can never be allowed",
-                        rule.name,
-                        rule.limit()
-                    ),
-                )
-                .into(),
-            );
+            return error(ProtoError::new(
+                ErrorCode::Cost,
+                format!(
+                    "cost {cost} exceeds rule '{}' limit {} and can never be allowed",
+                    rule.name,
+                    rule.limit()
+                ),
+            ));
         }
         // Key bytes are printable ASCII (checked by the parser), so this is UTF-8.
         let key = String::from_utf8_lossy(key);
@@ -136,31 +169,24 @@ impl Limiter {
         tag.push_str(&key);
 
         let Some(redis) = &self.redis else {
-            return ready(Reply::Decision(self.local.decide(
-                &tag,
-                rule.limit(),
-                &rule.params,
-                cost,
-            )));
+            return decided(self.local.decide(&tag, rule.limit(), &rule.params, cost));
         };
         if let Some(cached) = self.cache.lookup(&tag, cost) {
-            return ready(Reply::Decision(cached));
+            return decided(cached);
         }
         if self.circuit.is_open() {
-            return ready(Reply::Decision(decide_without_redis(
-                &self.local,
-                rule,
-                &tag,
-                cost,
-            )));
+            return decided(decide_without_redis(&self.local, rule, &tag, cost));
         }
         let this = Arc::clone(self);
         let redis = Arc::clone(redis);
-        let rule = Arc::clone(rule);
+        let entry = Arc::clone(entry);
         Pending::Redis(Box::pin(async move {
+            let rule = &entry.rule;
             let asked = Instant::now();
             let call = redis.decide(&tag, &rule.params, cost);
-            let decision = match tokio::time::timeout(this.timeout, call).await {
+            let answer = tokio::time::timeout(this.timeout, call).await;
+            this.redis_calls.took(asked.elapsed());
+            let decision = match answer {
                 Ok(Ok(o)) => {
                     let d = Decision {
                         allowed: o.allowed,
@@ -174,22 +200,26 @@ impl Limiter {
                     d
                 }
                 Ok(Err(e)) if is_unavailable(&e) => {
+                    this.redis_calls.failed(error_kind(&e));
                     this.circuit.trip(&e);
-                    decide_without_redis(&this.local, &rule, &tag, cost)
+                    decide_without_redis(&this.local, rule, &tag, cost)
                 }
                 Ok(Err(e)) => {
                     // This key's problem, not Redis's: decide it locally, keep the circuit.
+                    this.redis_calls.failed("key");
                     this.log_key_error(&tag, &e);
-                    decide_without_redis(&this.local, &rule, &tag, cost)
+                    decide_without_redis(&this.local, rule, &tag, cost)
                 }
                 Err(_) => {
+                    this.redis_calls.failed("timeout");
                     this.circuit.trip(&format_args!(
                         "no answer within redis.timeout_ms = {}",
                         this.timeout.as_millis()
                     ));
-                    decide_without_redis(&this.local, &rule, &tag, cost)
+                    decide_without_redis(&this.local, rule, &tag, cost)
                 }
             };
+            entry.counters.record(&decision);
             Reply::Decision(decision)
         }))
     }

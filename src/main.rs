@@ -83,9 +83,20 @@ async fn run(config_path: PathBuf, config: Config) -> Result<(), String> {
     let signals = Signals::install().map_err(|e| format!("cannot install signal handlers: {e}"))?;
     // Socket activation (systemd/ratelimitd.socket): serve the socket systemd passed.
     let activated = systemd::activated_listener().map_err(|e| e.to_string())?;
+    if let Some(listen) = config.metrics.listen {
+        ratelimitd::metrics::install(listen)?;
+        if !listen.ip().is_loopback() {
+            tracing::warn!(%listen, "metrics.listen is not a loopback address; the endpoint has no authentication");
+        }
+        tracing::info!(%listen, "serving Prometheus metrics");
+    }
     systemd::notify_status("starting: connecting to Redis");
     let (redis, circuit) = start_redis(&config).await?;
     let limiter = Arc::new(Limiter::new(&config, redis, Arc::clone(&circuit)));
+    let sampler = config.metrics.listen.map(|_| {
+        let limiter = Arc::clone(&limiter);
+        tokio::spawn(ratelimitd::metrics::sample_sizes(move || limiter.sizes()))
+    });
     let socket = config.server.socket.clone();
     let (listener, served, is_activated) = match activated {
         Some((listener, path)) => {
@@ -151,6 +162,9 @@ async fn run(config_path: PathBuf, config: Config) -> Result<(), String> {
     signals.abort();
     if let Some(supervisor) = supervisor {
         supervisor.abort();
+    }
+    if let Some(sampler) = sampler {
+        sampler.abort();
     }
     // A socket passed by systemd is systemd's: it stays, listening for the next start.
     if !is_activated {
@@ -230,6 +244,7 @@ async fn handle_signals(
                 systemd::notify_reloading();
                 let error;
                 (current, error) = reload(&config_path, current, &limiter);
+                ratelimitd::metrics::reload(error.is_none());
                 status.reloaded(current.rules.len(), error);
                 systemd::notify_ready(&status.line());
             }
@@ -272,6 +287,7 @@ fn reload(path: &Path, current: Config, limiter: &Limiter) -> (Config, Option<St
             new.fallback.max_keys != current.fallback.max_keys,
             "fallback.max_keys",
         ),
+        (new.metrics != current.metrics, "metrics.listen"),
     ]
     .into_iter()
     // A field without a line above is still reported, by its section.

@@ -282,6 +282,28 @@ pub fn is_unavailable(error: &Error) -> bool {
     }
 }
 
+/// A short label for the kind of `error`, for metrics (`io`, `timeout`, `cluster`,
+/// `oom`, `busy`, `noscript`, `loading`, `readonly`, `redis`, …).
+pub fn error_kind(error: &Error) -> &'static str {
+    let details = error.details();
+    match error.kind() {
+        ErrorKind::IO => "io",
+        ErrorKind::Timeout => "timeout",
+        ErrorKind::Cluster => "cluster",
+        ErrorKind::Canceled => "canceled",
+        ErrorKind::Backpressure => "backpressure",
+        ErrorKind::Routing => "routing",
+        ErrorKind::Parse | ErrorKind::InvalidArgument => "reply",
+        _ if details.starts_with("OOM") => "oom",
+        _ if details.starts_with("BUSY") => "busy",
+        _ if details.starts_with("NOSCRIPT") => "noscript",
+        _ if details.starts_with("LOADING") => "loading",
+        _ if details.starts_with("READONLY") => "readonly",
+        _ if details.starts_with("CLUSTERDOWN") => "clusterdown",
+        _ => "redis",
+    }
+}
+
 /// `limit`, `window` (µs) and `cost` of the window scripts.
 fn window_args(w: &crate::algorithm::WindowParams, cost: u32) -> Vec<String> {
     vec![

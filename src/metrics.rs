@@ -1,0 +1,180 @@
+//! Prometheus metrics, served on an opt-in HTTP listener (`[metrics] listen`), through
+//! the `metrics` facade and `metrics-exporter-prometheus`.
+//!
+//! Without `[metrics]` no recorder is installed and every handle is a no-op. With it,
+//! hot-path series are registered once (per rule at load and reload) and updated
+//! through their handles: an atomic add per decision, no label building or registry
+//! lookup per request. `docs/METRICS.md` documents each series.
+
+use crate::protocol::{Decision, ErrorCode, Source};
+use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
+use metrics_exporter_prometheus::PrometheusBuilder;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Decisions, by rule × verdict × source.
+pub const DECISIONS: &str = "ratelimitd_decisions_total";
+/// Error replies (`ERR <CODE>`), by code.
+pub const ERRORS: &str = "ratelimitd_errors_total";
+/// Duration of Redis decisions (one EVALSHA, NOSCRIPT reload included), seconds.
+pub const REDIS_SECONDS: &str = "ratelimitd_redis_call_seconds";
+/// Redis decisions that failed, by kind.
+pub const REDIS_ERRORS: &str = "ratelimitd_redis_errors_total";
+/// 1 while the circuit is open (deciding without Redis), else 0.
+pub const CIRCUIT_OPEN: &str = "ratelimitd_circuit_open";
+/// Circuit transitions, by `to` (`open`, `closed`).
+pub const CIRCUIT_TRANSITIONS: &str = "ratelimitd_circuit_transitions_total";
+/// Entries in the deny cache.
+pub const CACHE_ENTRIES: &str = "ratelimitd_cache_entries";
+/// Keys with local state (local buckets).
+pub const LOCAL_KEYS: &str = "ratelimitd_local_keys";
+/// Open client connections.
+pub const CONNECTIONS: &str = "ratelimitd_connections";
+/// Configuration reloads, by `result` (`ok`, `rejected`).
+pub const RELOADS: &str = "ratelimitd_reloads_total";
+
+/// Bucket bounds of [`REDIS_SECONDS`], seconds: 50 µs to 1 s (a decision waits at most
+/// `redis.timeout_ms`).
+const REDIS_BUCKETS: [f64; 14] = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+/// Installs the Prometheus recorder and its HTTP listener on `listen` (every path
+/// answers with the metrics). Must run inside the tokio runtime, before rules are
+/// registered ([`DecisionCounters::new`]).
+///
+/// # Errors
+/// The address cannot be bound, or a recorder is already installed.
+pub fn install(listen: SocketAddr) -> Result<(), String> {
+    PrometheusBuilder::new()
+        .with_http_listener(listen)
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Full(REDIS_SECONDS.into()),
+            &REDIS_BUCKETS,
+        )
+        .map_err(|e| e.to_string())?
+        .install()
+        .map_err(|e| format!("metrics.listen = {listen}: {e}"))?;
+    describe();
+    gauge!(CIRCUIT_OPEN).set(0.0);
+    Ok(())
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(DECISIONS, "CHECK decisions by rule, verdict and source");
+    describe_counter!(ERRORS, "ERR replies by code");
+    describe_histogram!(REDIS_SECONDS, Unit::Seconds, "Duration of Redis decisions");
+    describe_counter!(REDIS_ERRORS, "Redis decisions that failed, by kind");
+    describe_gauge!(CIRCUIT_OPEN, "1 while Redis is bypassed (circuit open)");
+    describe_counter!(CIRCUIT_TRANSITIONS, "Circuit transitions, by new state");
+    describe_gauge!(CACHE_ENTRIES, "Entries in the deny cache");
+    describe_gauge!(LOCAL_KEYS, "Keys with local state (local buckets)");
+    describe_gauge!(CONNECTIONS, "Open client connections");
+    describe_counter!(RELOADS, "Configuration reloads by result");
+}
+
+/// The decision counters of one rule: one handle per verdict × source.
+pub struct DecisionCounters {
+    /// `[allowed as usize][source index]`.
+    by: [[Counter; 5]; 2],
+}
+
+const SOURCES: [Source; 5] = [
+    Source::Redis,
+    Source::Cache,
+    Source::Local,
+    Source::FailOpen,
+    Source::FailClosed,
+];
+
+fn source_index(s: Source) -> usize {
+    match s {
+        Source::Redis => 0,
+        Source::Cache => 1,
+        Source::Local => 2,
+        Source::FailOpen => 3,
+        Source::FailClosed => 4,
+    }
+}
+
+impl DecisionCounters {
+    /// Registers the counters of rule `rule` (no-ops when metrics are off).
+    pub fn new(rule: &str) -> Self {
+        let row = |verdict: &'static str| {
+            SOURCES.map(|s| {
+                counter!(DECISIONS, "rule" => rule.to_owned(), "verdict" => verdict, "source" => s.as_str())
+            })
+        };
+        DecisionCounters {
+            by: [row("deny"), row("allow")],
+        }
+    }
+
+    /// Counts one decision.
+    pub fn record(&self, d: &Decision) {
+        self.by[usize::from(d.allowed)][source_index(d.source)].increment(1);
+    }
+}
+
+/// Counts one `ERR` reply.
+pub fn error_reply(code: ErrorCode) {
+    counter!(ERRORS, "code" => code.as_str()).increment(1);
+}
+
+/// Handles of the Redis call series, registered once.
+pub struct RedisCalls {
+    seconds: Histogram,
+}
+
+impl Default for RedisCalls {
+    fn default() -> Self {
+        RedisCalls {
+            seconds: histogram!(REDIS_SECONDS),
+        }
+    }
+}
+
+impl RedisCalls {
+    /// Records how long one Redis decision took (until its answer, error or timeout).
+    pub fn took(&self, d: Duration) {
+        self.seconds.record(d.as_secs_f64());
+    }
+
+    /// Counts a failed Redis decision of `kind` (e.g. `timeout`, `io`, `cluster`).
+    pub fn failed(&self, kind: &'static str) {
+        counter!(REDIS_ERRORS, "kind" => kind).increment(1);
+    }
+}
+
+/// Records a circuit transition (`open = true`: Redis bypassed).
+pub fn circuit(open: bool) {
+    gauge!(CIRCUIT_OPEN).set(if open { 1.0 } else { 0.0 });
+    counter!(CIRCUIT_TRANSITIONS, "to" => if open { "open" } else { "closed" }).increment(1);
+}
+
+/// Counts a configuration reload.
+pub fn reload(accepted: bool) {
+    counter!(RELOADS, "result" => if accepted { "ok" } else { "rejected" }).increment(1);
+}
+
+/// The open-connections gauge.
+pub fn connections() -> Gauge {
+    gauge!(CONNECTIONS)
+}
+
+/// Sets the size gauges (sampled every second by [`sample_sizes`]).
+pub fn sizes(cache_entries: u64, local_keys: u64) {
+    gauge!(CACHE_ENTRIES).set(cache_entries as f64);
+    gauge!(LOCAL_KEYS).set(local_keys as f64);
+}
+
+/// Forever: every second, sets the size gauges from `read()`.
+pub async fn sample_sizes(read: impl Fn() -> (u64, u64)) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let (cache, local) = read();
+        sizes(cache, local);
+    }
+}
