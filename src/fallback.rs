@@ -9,6 +9,7 @@
 //! * `deny`: DENY (source `fail_closed`).
 
 use crate::algorithm::{wall_clock_us, Params, State};
+use crate::cache::Hasher;
 use crate::config::{OnRedisFailure, Rule};
 use crate::protocol::{Decision, Source};
 use moka::sync::Cache;
@@ -20,7 +21,7 @@ pub const FAIL_CLOSED_RETRY_MS: u64 = 1000;
 /// Per-key algorithm states kept in this process ("local buckets", whatever the
 /// algorithm), keyed by `"<rule>:<key>"`, bounded in number.
 pub struct LocalBuckets {
-    buckets: Cache<Box<str>, Arc<Mutex<Option<State>>>>,
+    buckets: Cache<Box<str>, Arc<Mutex<Option<State>>>, Hasher>,
 }
 
 impl LocalBuckets {
@@ -28,7 +29,9 @@ impl LocalBuckets {
     /// key starts again full).
     pub fn new(max_keys: u64) -> Self {
         LocalBuckets {
-            buckets: Cache::builder().max_capacity(max_keys).build(),
+            buckets: Cache::builder()
+                .max_capacity(max_keys)
+                .build_with_hasher(Hasher::default()),
         }
     }
 

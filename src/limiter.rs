@@ -62,6 +62,20 @@ pub struct Limiter {
     redis_calls: RedisCalls,
 }
 
+/// Longest `"<rule>:<key>"`: a 64-byte rule name, `:`, a 256-byte key.
+const TAG_MAX: usize = 64 + 1 + 256;
+
+/// Writes `"<rule>:<key>"` into `buf` and returns it, or `None` if it does not fit (a
+/// key longer than the protocol allows) or is not UTF-8 (keys are printable ASCII).
+fn tag_in<'b>(buf: &'b mut [u8; TAG_MAX], rule: &str, key: &[u8]) -> Option<&'b str> {
+    let len = rule.len() + 1 + key.len();
+    let out = buf.get_mut(..len)?;
+    out[..rule.len()].copy_from_slice(rule.as_bytes());
+    out[rule.len()] = b':';
+    out[rule.len() + 1..].copy_from_slice(key);
+    std::str::from_utf8(out).ok()
+}
+
 /// Per-key Redis errors are logged at most this often.
 const KEY_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -161,12 +175,12 @@ impl Limiter {
                 ),
             ));
         }
-        // Key bytes are printable ASCII (checked by the parser), so this is UTF-8.
-        let key = String::from_utf8_lossy(key);
-        let mut tag = String::with_capacity(rule.name.len() + 1 + key.len());
-        tag.push_str(&rule.name);
-        tag.push(':');
-        tag.push_str(&key);
+        // "<rule>:<key>" built on the stack: cache hits and local decisions allocate
+        // nothing for it; only a Redis call or a new local key copies it.
+        let mut buf = [0u8; TAG_MAX];
+        let Some(tag) = tag_in(&mut buf, &rule.name, key) else {
+            return error(ProtoError::new(ErrorCode::Key, "key too long"));
+        };
 
         let Some(redis) = &self.redis else {
             return decided(self.local.decide(&tag, rule.limit(), &rule.params, cost));
@@ -180,6 +194,7 @@ impl Limiter {
         let this = Arc::clone(self);
         let redis = Arc::clone(redis);
         let entry = Arc::clone(entry);
+        let tag = tag.to_owned();
         Pending::Redis(Box::pin(async move {
             let rule = &entry.rule;
             let asked = Instant::now();
