@@ -183,13 +183,13 @@ impl Limiter {
         };
 
         let Some(redis) = &self.redis else {
-            return decided(self.local.decide(&tag, rule.limit(), &rule.params, cost));
+            return decided(self.local.decide(tag, rule.limit(), &rule.params, cost));
         };
-        if let Some(cached) = self.cache.lookup(&tag, cost) {
+        if let Some(cached) = self.cache.lookup(tag, cost) {
             return decided(cached);
         }
         if self.circuit.is_open() {
-            return decided(decide_without_redis(&self.local, rule, &tag, cost));
+            return decided(decide_without_redis(&self.local, rule, tag, cost));
         }
         let this = Arc::clone(self);
         let redis = Arc::clone(redis);
