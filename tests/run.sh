@@ -76,13 +76,22 @@ if [ "${RATELIMITD_SKIP_DEB:-0}" != 1 ]; then
   fi
 fi
 
-# ---------------------------------------------------------------------------
-# CHAOS SUITE HOOK: the chaos/ suite (Redis failures: kill, freeze, failover,
-# script-cache flush, OOM...) will be called from here, after the tests above
-# pass. Replace this comment with its entry point, e.g.:
-#   bash chaos/run.sh
-# ---------------------------------------------------------------------------
+# The chaos suite (chaos/run.sh, chaos/README.md): Redis killed, frozen, failed
+# over, flushed, out of memory, slow... under load, after the tests above pass.
+# Its counts join the total; CHAOS=0 skips it.
+chaos_status=0
+if [ "${CHAOS:-1}" != 0 ]; then
+  chaos_out=$(mktemp)
+  trap 'rm -f "$out" "$chaos_out"' EXIT
+  bash chaos/run.sh 2>&1 | tee "$chaos_out" || chaos_status=$?
+  chaos_totals=$(sed -n 's/^chaos: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$chaos_out" | tail -n 1)
+  read -r chaos_passed chaos_failed <<<"${chaos_totals:-0 1}"
+  if [ "$chaos_status" -ne 0 ] && [ "$chaos_failed" -eq 0 ]; then chaos_failed=1; fi
+  passed=$((passed + chaos_passed))
+  failed=$((failed + chaos_failed))
+fi
 
 echo "ratelimitd: $passed passed, $failed failed"
-# A failed package check fails the run (the cargo tests above already exit non-zero).
+# A failed package check or chaos scenario fails the run (the cargo tests above
+# already exit non-zero).
 [ "$failed" -eq 0 ]
