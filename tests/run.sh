@@ -18,6 +18,13 @@ fi
 if ! command -v socat >/dev/null 2>&1; then
   missing_pkgs+=(socat)
 fi
+# For the client libraries' tests (clients/run_tests.sh).
+if ! command -v go >/dev/null 2>&1; then
+  missing_pkgs+=(golang-go)
+fi
+if ! command -v php >/dev/null 2>&1; then
+  missing_pkgs+=(php-cli)
+fi
 
 if ((${#missing_pkgs[@]})); then
   log "missing tools; installing Debian packages: ${missing_pkgs[*]}"
@@ -57,6 +64,14 @@ totals=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passe
               END { printf "%d %d", p, f }' "$out")
 read -r passed failed <<<"$totals"
 
+# Client libraries (clients/: Python, Node.js, Go, PHP, shell), each against a real
+# daemon; counted into the total, and a failure fails this script.
+clients_rc=0
+bash clients/run_tests.sh 2>&1 | tee "$out" || clients_rc=1
+read -r cp cf < <(sed -n 's/^clients: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$out") || true
+passed=$((passed + ${cp:-0}))
+failed=$((failed + ${cf:-1}))
+
 # ---------------------------------------------------------------------------
 # CHAOS SUITE HOOK: the chaos/ suite (Redis failures: kill, freeze, failover,
 # script-cache flush, OOM...) will be called from here, after the tests above
@@ -65,3 +80,4 @@ read -r passed failed <<<"$totals"
 # ---------------------------------------------------------------------------
 
 echo "ratelimitd: $passed passed, $failed failed"
+[ "$clients_rc" = 0 ]
