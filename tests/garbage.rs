@@ -38,7 +38,10 @@ impl Rng {
         (self.next() % n as u64) as usize
     }
     fn bytes(&mut self, len: usize, pick: impl Fn(u64) -> u8) -> Vec<u8> {
-        (0..len).map(|_| pick(self.next())).filter(|&b| b != b'\n').collect()
+        (0..len)
+            .map(|_| pick(self.next()))
+            .filter(|&b| b != b'\n')
+            .collect()
     }
 }
 
@@ -116,7 +119,10 @@ fn random_byte_lines_get_one_reply_each_and_the_daemon_keeps_serving() {
     while lines.len() < 5000 {
         let i = lines.len();
         let line = random_line(&mut rng, i);
-        if matches!(parse(line.strip_suffix(b"\r").unwrap_or(&line)), Ok(Request::Quit)) {
+        if matches!(
+            parse(line.strip_suffix(b"\r").unwrap_or(&line)),
+            Ok(Request::Quit)
+        ) {
             continue; // QUIT would end the connection
         }
         lines.push(line);
@@ -163,7 +169,11 @@ fn random_byte_lines_get_one_reply_each_and_the_daemon_keeps_serving() {
         let mut buf = Vec::new();
         std::io::BufRead::read_until(&mut r, b'\n', &mut buf)
             .unwrap_or_else(|e| panic!("reply {i} of {total}: {e}"));
-        assert_eq!(buf.last(), Some(&b'\n'), "reply {i}: connection ended early");
+        assert_eq!(
+            buf.last(),
+            Some(&b'\n'),
+            "reply {i}: connection ended early"
+        );
         let got = String::from_utf8(buf).expect("replies are ASCII");
         let want = expected(l);
         assert!(
