@@ -199,3 +199,81 @@ fn random_byte_lines_get_one_reply_each_and_the_daemon_keeps_serving() {
     assert_eq!(c.request("PING"), "PONG");
     assert!(d.connect().request("CHECK api after").starts_with("ALLOW "));
 }
+
+/// The fuzz target's property (fuzz/fuzz_targets/protocol.rs) as a short proptest:
+/// random byte streams, cut into random reads, through the decoder and the decision
+/// path (mode none): no panic, exactly one reply per input line, each one line.
+mod stream_property {
+    use bytes::BytesMut;
+    use proptest::prelude::*;
+    use ratelimitd::circuit::Circuit;
+    use ratelimitd::config::Config;
+    use ratelimitd::limiter::{Limiter, Pending};
+    use ratelimitd::protocol::{ErrorCode, Frame, LineDecoder, ProtoError, Reply};
+    use std::sync::Arc;
+    use tokio_util::codec::Decoder;
+
+    fn limiter() -> &'static Arc<Limiter> {
+        static LIMITER: std::sync::OnceLock<Arc<Limiter>> = std::sync::OnceLock::new();
+        LIMITER.get_or_init(|| {
+            let config = Config::parse(super::CONFIG, "test").unwrap();
+            Arc::new(Limiter::new(&config, None, Arc::new(Circuit::new(true))))
+        })
+    }
+
+    fn bytes_with_lines() -> impl Strategy<Value = Vec<u8>> {
+        // Biased towards the protocol's own bytes so that valid requests occur too.
+        let byte = prop_oneof![
+            3 => any::<u8>(),
+            2 => Just(b'\n'),
+            1 => Just(b'\r'),
+            1 => Just(b' '),
+            2 => proptest::sample::select(b"CHECKPINGQUITapik0123456789".to_vec()),
+        ];
+        proptest::collection::vec(byte, 0..3000)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        #[test]
+        fn one_reply_per_line(data in bytes_with_lines(),
+                              cuts in proptest::collection::vec(0usize..3000, 0..6),
+                              max in 1usize..600) {
+            let limiter = limiter();
+            let mut dec = LineDecoder::new(max);
+            let mut buf = BytesMut::new();
+            let mut out = BytesMut::new();
+            let mut replies = 0usize;
+            let mut bounds: Vec<usize> = cuts.iter().map(|&c| c.min(data.len())).collect();
+            bounds.push(data.len());
+            bounds.sort_unstable();
+            let mut answer = |frame: Frame, out: &mut BytesMut| {
+                let reply = match frame {
+                    Frame::TooLong => Reply::Error(ProtoError::new(ErrorCode::TooLong, "too long")),
+                    Frame::Line(l) => match limiter.handle(&l).0 {
+                        Pending::Ready(Some(r)) => r,
+                        _ => panic!("mode none answers at once"),
+                    },
+                };
+                reply.encode(out);
+            };
+            let mut from = 0;
+            for to in bounds {
+                buf.extend_from_slice(&data[from..to]);
+                from = to;
+                while let Some(f) = dec.decode(&mut buf).unwrap() {
+                    answer(f, &mut out);
+                    replies += 1;
+                }
+            }
+            while let Some(f) = dec.decode_eof(&mut buf).unwrap() {
+                answer(f, &mut out);
+                replies += 1;
+            }
+            let newlines = data.iter().filter(|&&b| b == b'\n').count();
+            let tail = data.len() - data.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            prop_assert_eq!(replies, newlines + usize::from(tail > 0));
+            prop_assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), replies);
+        }
+    }
+}
