@@ -77,7 +77,7 @@ fn random_line(rng: &mut Rng, i: usize) -> Vec<u8> {
         }
         8 => {
             let mut l = format!("check\tapi  k{i}").into_bytes();
-            l.extend(std::iter::repeat_n(b'\r', rng.below(3)));
+            l.extend(std::iter::repeat(b'\r').take(rng.below(3)));
             l
         }
         9 => {
@@ -247,7 +247,7 @@ mod stream_property {
             let mut bounds: Vec<usize> = cuts.iter().map(|&c| c.min(data.len())).collect();
             bounds.push(data.len());
             bounds.sort_unstable();
-            let mut answer = |frame: Frame, out: &mut BytesMut| {
+            let answer = |frame: Frame, out: &mut BytesMut| {
                 let reply = match frame {
                     Frame::TooLong => Reply::Error(ProtoError::new(ErrorCode::TooLong, "too long")),
                     Frame::Line(l) => match limiter.handle(&l).0 {
