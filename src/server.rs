@@ -305,7 +305,8 @@ impl RefusalLog {
     }
 }
 
-/// Writes all of `buf`, giving up (`TimedOut`) if the client takes none of it for `limit`.
+/// Writes all of `buf`, giving up (`TimedOut`) if the client has not taken it all within
+/// `limit` (a client that stopped reading its replies).
 async fn write_within(
     wr: &mut (impl AsyncWriteExt + Unpin),
     buf: &[u8],
