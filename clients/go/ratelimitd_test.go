@@ -168,8 +168,11 @@ func TestReconnectsAfterRestart(t *testing.T) {
 
 func TestTimeoutWhenStalled(t *testing.T) {
 	d := startDaemon(t)
-	c := client(t, d.socket, 300*time.Millisecond)
-	mustCheck(t, c, "fast", "k", 1)
+	c := client(t, d.socket, 5*time.Second)
+	if r := mustCheck(t, c, "fast", "k", 1); r.Source != "local" {
+		t.Fatalf("%+v", r)
+	}
+	c.Timeout = 300 * time.Millisecond
 	d.run("pause")
 	t0 := time.Now()
 	r := mustCheck(t, c, "fast", "k", 1)
@@ -182,6 +185,7 @@ func TestTimeoutWhenStalled(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 	d.run("resume")
+	c.Timeout = 5 * time.Second
 	if r := mustCheck(t, c, "fast", "k", 1); r.Source != "local" {
 		t.Fatalf("%+v", r)
 	}

@@ -143,8 +143,9 @@ class FailureTest(Base):
     def test_timeout_when_daemon_stalled(self):
         d = Daemon()
         try:
-            rl = self.client(d.socket, timeout=0.3)
+            rl = self.client(d.socket, timeout=5)
             self.assertEqual(rl.check("fast", "k").source, "local")
+            rl.timeout = 0.3
             d.pause()
             t0 = time.monotonic()
             r = rl.check("fast", "k")
@@ -155,6 +156,7 @@ class FailureTest(Base):
             closed = self.client(d.socket, timeout=0.3, fail_open=False).check("fast", "k")
             self.assertEqual(closed.source, "client_fail_closed")
             d.resume()
+            rl.timeout = 5
             self.assertEqual(rl.check("fast", "k").source, "local")
         finally:
             d.resume()

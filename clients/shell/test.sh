@@ -72,8 +72,8 @@ T="reconnects after a daemon restart"
 
 T="times out and fails open when the daemon is stalled"
 (
-  RL_TIMEOUT=0.3
   rl_check fast k && [ "$RL_SOURCE" = local ] || exit 1
+  RL_TIMEOUT=0.3
   td pause "$DIR"
   start=$(date +%s%N)
   rl_check fast k && [ "$RL_SOURCE" = client_fail_open ] && [[ $RL_ERROR == timeout* ]] || exit 2
@@ -82,6 +82,7 @@ T="times out and fails open when the daemon is stalled"
   rl_check fast k; [ $? = 1 ] && [ "$RL_SOURCE" = client_fail_closed ] || exit 4
   RL_FAIL_OPEN=1
   td resume "$DIR"
+  RL_TIMEOUT=5
   rl_check fast k && [ "$RL_SOURCE" = local ] || exit 5
   rl_close
 ) && ok || fail "step $?"
