@@ -2,7 +2,8 @@
 # Run every test: `bash tests/run.sh [extra cargo test args...]`
 #
 # Needs only the Rust toolchain and a Debian/Ubuntu system: redis-server,
-# redis-cli and socat are installed with apt-get if missing. The tests start
+# redis-cli and socat (and go and php, for the client libraries' tests in
+# clients/) are installed with apt-get if missing. The tests start
 # their own Redis servers on free ports in temp dirs; a system redis-server
 # (e.g. one started by the package install on 6379) is neither used nor stopped.
 set -euo pipefail
