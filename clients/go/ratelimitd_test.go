@@ -26,7 +26,7 @@ func startDaemon(t *testing.T) *daemon {
 	}
 	d := &daemon{t: t, dir: dir, socket: filepath.Join(dir, "rl.sock")}
 	d.run("start")
-	t.Cleanup(func() { d.run("resume"); d.run("stop") })
+	t.Cleanup(func() { d.run("resume"); d.run("stop"); os.RemoveAll(dir) })
 	return d
 }
 
