@@ -65,6 +65,23 @@ pub struct ServerConfig {
     /// unread in the socket (backpressure).
     #[serde(deserialize_with = "de_in_flight")]
     pub max_in_flight: usize,
+    /// Peer uids allowed to connect (checked with `SO_PEERCRED`). When this or
+    /// `allow_gids` is non-empty, a peer whose uid is not in `allow_uids` and whose gid
+    /// is not in `allow_gids` gets `ERR PERM` and is disconnected. Both empty (default):
+    /// no credential check beyond the socket file's `socket_mode`.
+    #[serde(deserialize_with = "de_uids")]
+    pub allow_uids: Vec<u32>,
+    /// Peer gids allowed to connect: the peer's effective (primary) gid as `SO_PEERCRED`
+    /// reports it; supplementary groups do not count (see docs/DESIGN.md).
+    #[serde(deserialize_with = "de_gids")]
+    pub allow_gids: Vec<u32>,
+    /// Connections served at once (1..=1000000); one more gets `ERR BUSY` and is closed.
+    #[serde(deserialize_with = "de_max_connections")]
+    pub max_connections: usize,
+    /// A connection with nothing to answer that sends nothing for this long, or whose
+    /// reader takes no reply bytes for this long, is closed, ms (0 = never; max 1 day).
+    #[serde(deserialize_with = "de_idle_timeout")]
+    pub idle_timeout_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -74,6 +91,10 @@ impl Default for ServerConfig {
             socket_mode: 0o660,
             max_line_bytes: 1024,
             max_in_flight: 128,
+            allow_uids: Vec::new(),
+            allow_gids: Vec::new(),
+            max_connections: 1000,
+            idle_timeout_ms: 300_000,
         }
     }
 }
@@ -659,6 +680,37 @@ fn de_max_line<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
 
 fn de_in_flight<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
     ranged(d, "server.max_in_flight", 1, 65536).map(|v| v as usize)
+}
+
+fn de_ids<'de, D: Deserializer<'de>>(d: D, field: &str) -> Result<Vec<u32>, D::Error> {
+    let ids = Vec::<i64>::deserialize(d)?;
+    // u32::MAX is (uid_t)-1, "no id"; never a real peer.
+    match ids
+        .iter()
+        .find(|&&v| !(0..i64::from(u32::MAX)).contains(&v))
+    {
+        Some(v) => Err(de::Error::custom(format!(
+            "{field} entries must be integers from 0 to {} (got {v})",
+            u32::MAX - 1
+        ))),
+        None => Ok(ids.into_iter().map(|v| v as u32).collect()),
+    }
+}
+
+fn de_uids<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error> {
+    de_ids(d, "server.allow_uids")
+}
+
+fn de_gids<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error> {
+    de_ids(d, "server.allow_gids")
+}
+
+fn de_max_connections<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    ranged(d, "server.max_connections", 1, 1_000_000).map(|v| v as usize)
+}
+
+fn de_idle_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    ranged(d, "server.idle_timeout_ms", 0, 86_400_000)
 }
 
 fn de_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {

@@ -145,10 +145,7 @@ async fn run(config_path: PathBuf, config: Config) -> Result<(), String> {
         shutdown.clone(),
         status,
     ));
-    let limits = ConnectionLimits {
-        max_line_bytes: config.server.max_line_bytes,
-        max_in_flight: config.server.max_in_flight,
-    };
+    let limits = ConnectionLimits::from(&config.server);
     let serving = server::serve(listener, limiter, limits, shutdown.clone());
     tokio::pin!(serving);
     tokio::select! {

@@ -155,7 +155,7 @@ pub enum Request<'a> {
     Quit,
 }
 
-/// The error codes of CONTRACT §1.
+/// The error codes of CONTRACT §1, plus `PERM` (refused peer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorCode {
     /// Unknown verb, wrong field count, empty line.
@@ -172,6 +172,9 @@ pub enum ErrorCode {
     Busy,
     /// A bug or an unexpected state; retry.
     Internal,
+    /// The peer's credentials are not in `server.allow_uids` / `server.allow_gids`; sent
+    /// once at connect, then the connection closes. (Beyond CONTRACT §1's list.)
+    Perm,
 }
 
 impl ErrorCode {
@@ -185,6 +188,7 @@ impl ErrorCode {
             ErrorCode::TooLong => "TOO_LONG",
             ErrorCode::Busy => "BUSY",
             ErrorCode::Internal => "INTERNAL",
+            ErrorCode::Perm => "PERM",
         }
     }
 }

@@ -2,7 +2,8 @@
 # Run every test: `bash tests/run.sh [extra cargo test args...]`
 #
 # Needs only the Rust toolchain and a Debian/Ubuntu system: redis-server,
-# redis-cli and socat are installed with apt-get if missing. The tests start
+# redis-cli and socat (and go and php, for the client libraries' tests in
+# clients/) are installed with apt-get if missing. The tests start
 # their own Redis servers on free ports in temp dirs; a system redis-server
 # (e.g. one started by the package install on 6379) is neither used nor stopped.
 set -euo pipefail
@@ -25,6 +26,13 @@ if ! command -v systemd-analyze >/dev/null 2>&1 || ! command -v systemd-socket-a
 fi
 if ! command -v objcopy >/dev/null 2>&1; then
   missing_pkgs+=(binutils)
+fi
+# For the client libraries' tests (clients/run_tests.sh).
+if ! command -v go >/dev/null 2>&1; then
+  missing_pkgs+=(golang-go)
+fi
+if ! command -v php >/dev/null 2>&1; then
+  missing_pkgs+=(php-cli)
 fi
 
 if ((${#missing_pkgs[@]})); then
@@ -51,7 +59,7 @@ if ((${#missing_pkgs[@]})); then
     log "apt-get install reported an error; checking the binaries anyway"
 fi
 
-for tool in redis-server redis-cli socat systemd-analyze systemd-socket-activate objcopy; do
+for tool in redis-server redis-cli socat systemd-analyze systemd-socket-activate objcopy go php; do
   command -v "$tool" >/dev/null 2>&1 || { log "$tool is still missing after install"; exit 1; }
 done
 log "using $(redis-server --version | head -n1)"
@@ -64,6 +72,14 @@ cargo test --all-targets "$@" 2>&1 | tee "$out"
 totals=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
               END { printf "%d %d", p, f }' "$out")
 read -r passed failed <<<"$totals"
+
+# Client libraries (clients/: Python, Node.js, Go, PHP, shell), each against a real
+# daemon; counted into the total, and a failure fails this script.
+clients_rc=0
+bash clients/run_tests.sh 2>&1 | tee "$out" || clients_rc=1
+read -r cp cf < <(sed -n 's/^clients: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$out") || true
+passed=$((passed + ${cp:-0}))
+failed=$((failed + ${cf:-1}))
 
 # The Debian package: cargo deb builds it, tests/deb.sh checks its contents (one
 # more test in the total). RATELIMITD_SKIP_DEB=1 skips it while iterating.
@@ -92,6 +108,6 @@ if [ "${CHAOS:-1}" != 0 ]; then
 fi
 
 echo "ratelimitd: $passed passed, $failed failed"
-# A failed package check or chaos scenario fails the run (the cargo tests above
-# already exit non-zero).
-[ "$failed" -eq 0 ]
+# A failed client suite, package check or chaos scenario fails the run (the cargo
+# tests above already exit non-zero).
+[ "$failed" -eq 0 ] && [ "$clients_rc" = 0 ]

@@ -1,0 +1,3 @@
+module ratelimitd
+
+go 1.19

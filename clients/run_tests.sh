@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Runs every client's tests (Python, Node.js, Go, PHP, shell) against a real daemon:
+#   bash clients/run_tests.sh
+# Builds the daemon (cargo build, unless RATELIMITD_BIN points to one), then each
+# language's suite starts its own daemons through clients/testdaemon.sh in one temp
+# root; every daemon left there is killed by pid at the end. Needs python3, node, go,
+# php, socat (tests/run.sh installs the missing ones). Prints
+# "clients: N passed, M failed" last; exit status 1 if anything failed or is missing.
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cd "$here/.."
+
+if [ -z "${RATELIMITD_BIN:-}" ]; then
+  cargo build --quiet --bin ratelimitd || { echo "clients: 0 passed, 1 failed (daemon build)"; exit 1; }
+  RATELIMITD_BIN=$PWD/${CARGO_TARGET_DIR:-target}/debug/ratelimitd
+fi
+export RATELIMITD_BIN
+RL_TEST_ROOT=$(mktemp -d "${TMPDIR:-/tmp}/rl-clients-XXXXXX")
+export RL_TEST_ROOT
+cleanup() {
+  local f pid
+  for f in "$RL_TEST_ROOT"/*/pid; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f")
+    kill -CONT "$pid" 2>/dev/null
+    kill -KILL "$pid" 2>/dev/null
+  done
+  rm -rf "$RL_TEST_ROOT"
+}
+trap cleanup EXIT
+# Go: no network, and a build cache even without a HOME.
+export GOPROXY=off GOFLAGS=-mod=mod
+[ -n "${HOME:-}" ] || export GOCACHE=${GOCACHE:-$RL_TEST_ROOT/gocache}
+
+total_pass=0 total_fail=0
+summary=()
+record() { # language passed failed
+  total_pass=$((total_pass + $2)) total_fail=$((total_fail + $3))
+  summary+=("$1 $2/$(($2 + $3))")
+}
+need() { # language tool
+  command -v "$2" >/dev/null 2>&1 && return 0
+  echo "clients/run_tests.sh: $2 not found: the $1 client's tests cannot run" >&2
+  record "$1" 0 1
+  return 1
+}
+
+if need python python3; then
+  out=$(cd clients/python && timeout 300 python3 -m unittest -v test_ratelimitd 2>&1)
+  rc=$?
+  printf '%s\n' "$out"
+  ran=$(sed -n 's/^Ran \([0-9]*\) tests\{0,1\}.*/\1/p' <<<"$out")
+  bad=$(grep -cE '\.\.\. (FAIL|ERROR)' <<<"$out")
+  [ "$rc" = 0 ] || [ "$bad" -gt 0 ] || bad=1
+  record python $((${ran:-0} - bad < 0 ? 0 : ${ran:-0} - bad)) "$bad"
+fi
+
+if need node node; then
+  out=$(cd clients/node && timeout 300 node --test test.js 2>&1)
+  rc=$?
+  printf '%s\n' "$out"
+  p=$(sed -n 's/^# pass \([0-9]*\)/\1/p' <<<"$out") f=$(sed -n 's/^# fail \([0-9]*\)/\1/p' <<<"$out")
+  [ "$rc" = 0 ] || [ "${f:-0}" -gt 0 ] || f=1
+  record node "${p:-0}" "${f:-0}"
+fi
+
+if need go go; then
+  out=$(cd clients/go && timeout 300 go test -count=1 -v ./... 2>&1)
+  rc=$?
+  printf '%s\n' "$out"
+  p=$(grep -c -- '^--- PASS' <<<"$out") f=$(grep -c -- '^--- FAIL' <<<"$out")
+  [ "$rc" = 0 ] || [ "$f" -gt 0 ] || f=1
+  record go "$p" "$f"
+fi
+
+if need php php; then
+  out=$(cd clients/php && timeout 300 php test.php 2>&1)
+  rc=$?
+  printf '%s\n' "$out"
+  p=$(sed -n 's/^php: \([0-9]*\) passed.*/\1/p' <<<"$out") f=$(sed -n 's/^php: [0-9]* passed, \([0-9]*\) failed/\1/p' <<<"$out")
+  [ "$rc" = 0 ] || [ "${f:-0}" -gt 0 ] || f=1
+  record php "${p:-0}" "${f:-0}"
+fi
+
+if need shell socat; then
+  out=$(timeout 300 bash clients/shell/test.sh 2>&1)
+  rc=$?
+  printf '%s\n' "$out"
+  p=$(sed -n 's/^shell: \([0-9]*\) passed.*/\1/p' <<<"$out") f=$(sed -n 's/^shell: [0-9]* passed, \([0-9]*\) failed/\1/p' <<<"$out")
+  [ "$rc" = 0 ] || [ "${f:-0}" -gt 0 ] || f=1
+  record shell "${p:-0}" "${f:-0}"
+fi
+
+echo "clients (passed/total): ${summary[*]}"
+echo "clients: $total_pass passed, $total_fail failed"
+[ "$total_fail" = 0 ]

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Tests of the shell client against a real daemon (clients/run_tests.sh runs them;
+# needs RATELIMITD_BIN and socat). Exit status 0 when all pass.
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$here/ratelimitd.sh"
+
+passed=0 failed=0 dirs=()
+td() { bash "$here/../testdaemon.sh" "$@"; }
+new_daemon() {
+  local d
+  d=$(mktemp -d "${RL_TEST_ROOT:-/tmp}/rl-sh-XXXXXX")
+  dirs+=("$d")
+  td start "$d" || exit 1
+  DIR=$d
+  RL_SOCKET=$d/rl.sock
+}
+cleanup() { rl_close; for d in "${dirs[@]}"; do td resume "$d" 2>/dev/null; td stop "$d"; done; }
+trap cleanup EXIT
+fail() { echo "not ok - $T: $*"; failed=$((failed + 1)); return 1; }
+ok() { echo "ok - $T"; passed=$((passed + 1)); }
+
+T="counts down, denies, maps headers, reuses the connection"
+new_daemon; RL_TIMEOUT=5
+(
+  for left in 4 3 2 1 0; do
+    rl_check api sh:count || exit 1
+    [ "$RL_LIMIT $RL_REMAINING $RL_SOURCE" = "5 $left local" ] || exit 1
+  done
+  pid=$RL__PID
+  rl_check api sh:count; [ $? = 1 ] || exit 2
+  [ "$RL__PID" = "$pid" ] || exit 3
+  h=$(rl_headers)
+  grep -qx 'RateLimit-Policy: "api";q=5' <<<"$h" || exit 4
+  grep -Eqx 'RateLimit: "api";r=0;t=[0-9]+' <<<"$h" || exit 5
+  grep -qx 'X-RateLimit-Remaining: 0' <<<"$h" || exit 6
+  grep -qx "Retry-After: $(((RL_WAIT_MS + 999) / 1000))" <<<"$h" || exit 7
+  rl_check api sh:other && ! rl_headers | grep -q Retry-After || exit 8
+  rl_close
+) && ok || fail "step $?"
+
+T="pipelining keeps order"
+(
+  rl_check_many "api sh:pipe" "api sh:pipe" "api sh:pipe" "api sh:pipe" "api sh:pipe" "api sh:pipe" "api sh:pipe2 2" "fast x 0"
+  got=$(printf '%s\n' "${RL_REPLIES[@]}" | cut -d' ' -f1,3 | tr '\n' ,)
+  [ "$got" = "ALLOW 4,ALLOW 3,ALLOW 2,ALLOW 1,ALLOW 0,DENY 0,ALLOW 3,ALLOW 1000000," ] || { echo "$got"; exit 1; }
+  rl_close
+) && ok || fail "order"
+
+T="request errors return 2; keys encoded; extra fields ignored"
+(
+  rl_check nope k; [ $? = 2 ] && [[ $RL_ERROR == "ERR RULE "* ]] || exit 1
+  rl_check api k 6; [ $? = 2 ] && [[ $RL_ERROR == "ERR COST "* ]] || exit 2
+  rl_check api "user name/é" || exit 3
+  [ "$(rl_encode_key 'user name/é%')" = "user%20name/%C3%A9%25" ] || exit 4
+  rl_parse "DENY 20 0 1900 100 cache future fields" rides; [ $? = 1 ] || exit 5
+  [ "$RL_LIMIT $RL_REMAINING $RL_RESET_MS $RL_WAIT_MS $RL_SOURCE" = "20 0 1900 100 cache" ] || exit 6
+  rl_close
+) && ok || fail "step $?"
+
+T="reconnects after a daemon restart"
+(
+  rl_check api k && [ "$RL_SOURCE" = local ] || exit 1
+  td stop "$DIR"
+  rl_check api k && [ "$RL_SOURCE" = client_fail_open ] || exit 2
+  td start "$DIR"
+  rl_check api k && [ "$RL_SOURCE $RL_REMAINING" = "local 4" ] || exit 3
+  td stop "$DIR"; td start "$DIR"
+  rl_check api k && [ "$RL_SOURCE" = local ] || exit 4
+  rl_close
+) && ok || fail "step $?"
+
+T="times out and fails open when the daemon is stalled"
+(
+  rl_check fast k && [ "$RL_SOURCE" = local ] || exit 1
+  RL_TIMEOUT=0.3
+  td pause "$DIR"
+  start=$(date +%s%N)
+  rl_check fast k && [ "$RL_SOURCE" = client_fail_open ] && [[ $RL_ERROR == timeout* ]] || exit 2
+  [ $((($(date +%s%N) - start) / 1000000)) -lt 3000 ] || exit 3
+  RL_FAIL_OPEN=0
+  rl_check fast k; [ $? = 1 ] && [ "$RL_SOURCE" = client_fail_closed ] || exit 4
+  RL_FAIL_OPEN=1
+  td resume "$DIR"
+  RL_TIMEOUT=5
+  rl_check fast k && [ "$RL_SOURCE" = local ] || exit 5
+  rl_close
+) && ok || fail "step $?"
+
+T="fails open (or closed) when the daemon is absent"
+(
+  RL_SOCKET=$(mktemp -u "${TMPDIR:-/tmp}/rl-none-XXXXXX.sock")
+  rl_check api k && [ "$RL_SOURCE" = client_fail_open ] && [ -n "$RL_ERROR" ] && [ -z "$(rl_headers)" ] || exit 1
+  RL_FAIL_OPEN=0
+  rl_check api k; [ $? = 1 ] && [ "$RL_SOURCE" = client_fail_closed ] && [ "$(rl_headers)" = "Retry-After: 1" ] || exit 2
+) && ok || fail "step $?"
+
+echo "shell: $passed passed, $failed failed"
+[ "$failed" = 0 ]
