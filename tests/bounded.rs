@@ -3,7 +3,7 @@
 //! their configured number of entries, evicting the rest. (The 10-million-key RSS
 //! figure is a measurement, in docs/PERFORMANCE.md, not a test.)
 
-use ratelimitd::algorithm::token_bucket::Params;
+use ratelimitd::algorithm::{token_bucket, Params};
 use ratelimitd::cache::DenyCache;
 use ratelimitd::fallback::LocalBuckets;
 use ratelimitd::protocol::{Decision, Source};
@@ -27,7 +27,7 @@ fn settles_at_most(max: u64, mut len: impl FnMut() -> u64) -> u64 {
 #[test]
 fn local_buckets_evict_beyond_max_keys() {
     let local = LocalBuckets::new(MAX);
-    let params = Params::shared(10, 1.0, 1);
+    let params = Params::TokenBucket(token_bucket::Params::shared(10, 1.0, 1));
     for i in 0..KEYS {
         let d = local.decide(&format!("api:k{i}"), 10, &params, 1);
         assert!(d.allowed, "a new key starts full");
