@@ -11,7 +11,6 @@ use ratelimitd::algorithm::{
 use ratelimitd::cache::DenyCache;
 use ratelimitd::fallback::LocalBuckets;
 use ratelimitd::protocol::{parse, Decision, LineDecoder, Reply, Source};
-use std::time::Instant;
 use tokio_util::codec::Decoder;
 
 fn protocol(c: &mut Criterion) {
@@ -90,7 +89,7 @@ fn caches(c: &mut Criterion) {
     let params = Params::TokenBucket(token_bucket::Params::shared(100, 50.0, 1));
     let local = LocalBuckets::new(1_000_000);
     c.bench_function("local buckets: hot key", |b| {
-        b.iter(|| local.decide(black_box("api:hot"), 100, &params, 1))
+        b.iter(|| local.decide(black_box("api:hot"), 100, &params, 1, wall_clock_us()))
     });
     let mut n = 0u64;
     let mut key = String::new();
@@ -100,7 +99,7 @@ fn caches(c: &mut Criterion) {
             key.clear();
             key.push_str("api:user:");
             key.push_str(itoa::Buffer::new().format(n));
-            local.decide(&key, 100, &params, 1)
+            local.decide(&key, 100, &params, 1, wall_clock_us())
         })
     });
     let cache = DenyCache::new(500, 100_000);
@@ -112,12 +111,12 @@ fn caches(c: &mut Criterion) {
         wait_ms: 100_000,
         source: Source::Redis,
     };
-    cache.remember("hot:k", 1, &deny, Instant::now());
+    cache.remember("hot:k", 1, &deny, wall_clock_us());
     c.bench_function("deny cache: hit", |b| {
-        b.iter(|| cache.lookup(black_box("hot:k"), 1))
+        b.iter(|| cache.lookup(black_box("hot:k"), 1, wall_clock_us()))
     });
     c.bench_function("deny cache: miss", |b| {
-        b.iter(|| cache.lookup(black_box("cold:k"), 1))
+        b.iter(|| cache.lookup(black_box("cold:k"), 1, wall_clock_us()))
     });
 }
 

@@ -24,7 +24,9 @@
 #   d  daemon, standalone Redis: CHECK api k<n>, a new key each -> one EVALSHA each
 #   e  the same EVALSHA sent straight to that Redis over TCP, by loadgen (RESP)
 #   f  the same EVALSHA by redis-benchmark (cross-check of e)
-# Ratios: b, g and c against a; d against e (and f).
+#   h  g with [metrics] listen on (metrics overhead), 50x1 and 50x16
+#   i  c with [metrics] listen on (metrics overhead), 50x1 and 50x16
+# Ratios: b, g and c against a; d against e (and f); h against g, i against c.
 set -euo pipefail
 
 QUICK=0
@@ -205,9 +207,13 @@ skip() { # scenario note: record n/a rows for every shape
 
 # Daemon ------------------------------------------------------------------
 RLSOCK=$TMP/rl.sock
-write_config() { # mode -> path
-    local mode=$1 cfg=$TMP/ratelimitd-$1.toml nodes=""
+write_config() { # mode [metrics] -> path
+    local mode=$1 cfg=$TMP/ratelimitd-$1${2:-}.toml nodes="" metrics=""
     if [ "$mode" = standalone ]; then nodes="nodes = [\"127.0.0.1:$PORT\"]"; fi
+    if [ "${2:-}" = metrics ]; then
+        metrics="[metrics]
+listen = \"127.0.0.1:$((20000 + RANDOM % 30000))\""
+    fi
     cat >"$cfg" <<EOF
 [server]
 socket = "$RLSOCK"
@@ -225,6 +231,8 @@ max_entries = 1000000
 
 [fallback]
 hosts = 1
+
+$metrics
 
 [[rule]]
 name = "api"
@@ -246,9 +254,9 @@ lg_once() { # request expect: one request on one connection
     "$LOADGEN" --socket "$RLSOCK" --conns 1 --depth 1 --warmup 0s --duration 2s \
         --max-requests 1 --request "$1" --expect "$2"
 }
-start_daemon() { # mode; sets DAEMON_PID, returns 1 if it does not come up
+start_daemon() { # mode [metrics]; sets DAEMON_PID, returns 1 if it does not come up
     local cfg i
-    cfg=$(write_config "$1")
+    cfg=$(write_config "$1" "${2:-}")
     rm -f "$RLSOCK"
     "$DAEMON" --config "$cfg" >"$TMP/daemon-$1.log" 2>&1 &
     DAEMON_PID=$!
@@ -320,6 +328,31 @@ else
     skip d "daemon did not start"
 fi
 
+log "h, i: the g and c paths again with [metrics] listen set (metrics overhead)"
+METRIC_SHAPES=("50 1" "50 16")
+if start_daemon none metrics; then
+    "$LOADGEN" --socket "$RLSOCK" --conns 1 --depth $((CAPACITY * 2)) --warmup 0s \
+        --duration 5s --max-requests $((CAPACITY * 2)) --request 'CHECK hot k\n' >/dev/null || true
+    for s in "${METRIC_SHAPES[@]}"; do
+        measure h "$s" "$DAEMON_PID" --socket "$RLSOCK" --request 'CHECK hot k\n' \
+            --expect DENY --expect-contains ' local'
+    done
+    stop_daemon
+else
+    skip h "daemon did not start"
+fi
+if start_daemon standalone metrics; then
+    "$LOADGEN" --socket "$RLSOCK" --conns 1 --depth $((CAPACITY * 2)) --warmup 0s \
+        --duration 5s --max-requests $((CAPACITY * 2)) --request 'CHECK hot k2\n' >/dev/null || true
+    for s in "${METRIC_SHAPES[@]}"; do
+        measure i "$s" "$DAEMON_PID $REDIS_TCP_PID" --socket "$RLSOCK" \
+            --request 'CHECK hot k2\n' --expect DENY --expect-contains ' cache'
+    done
+    stop_daemon
+else
+    skip i "daemon did not start"
+fi
+
 # resp ARGS...: a RESP command (what Redis clients, the daemon's included, send)
 # as a loadgen template; `{n}` in an argument counts as N_WIDTH digits.
 N_WIDTH=12
@@ -381,10 +414,12 @@ describe() {
         d) echo "daemon, standalone: \`CHECK api k<n>\` (1 EVALSHA each)" ;;
         e) echo "Redis EVALSHA direct (TCP, loadgen)" ;;
         f) echo "Redis EVALSHA direct (TCP, redis-benchmark)" ;;
+        h) echo "g with metrics on" ;;
+        i) echo "c with metrics on" ;;
     esac
 }
 baseline() { # scenario -> the scenario it is compared with
-    case $1 in b | c | g) echo a ;; d) echo e ;; *) echo "" ;; esac
+    case $1 in b | c | g) echo a ;; d) echo e ;; h) echo g ;; i) echo c ;; *) echo "" ;; esac
 }
 
 {
@@ -402,7 +437,8 @@ baseline() { # scenario -> the scenario it is compared with
     echo
     echo "Shapes: \`conns x depth\`: each connection writes \`depth\` requests at once, then waits for"
     echo "all the replies (closed loop). Latency is per batch (write to last reply), in µs."
-    echo "\"vs\" is rps ÷ the baseline's rps for the same shape: b, c and g against a, d against e and f."
+    echo "\"vs\" is rps ÷ the baseline's rps for the same shape: b, c and g against a, d against e and f,"
+    echo "h (metrics on) against g and i (metrics on) against c."
     echo "\"off-path\" counts replies that did not take the path under test (b: not \`ALLOW … local\`;"
     echo "c: not \`DENY … cache\`: each cached DENY lives cache.ttl_ms = 500 ms, then the requests"
     echo "in flight go to Redis; g: not \`DENY … local\`; d: not \`ALLOW … redis\`)."

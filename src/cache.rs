@@ -12,14 +12,16 @@ use moka::sync::Cache;
 /// The caches' hasher: foldhash (seeded per process), several times cheaper than
 /// SipHash on short keys.
 pub type Hasher = foldhash::quality::RandomState;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     decision: Decision,
     cost: u32,
-    at: Instant,
-    ttl: Duration,
+    /// When Redis was asked, wall clock µs.
+    at_us: f64,
+    /// How long the entry answers, µs.
+    ttl_us: f64,
 }
 
 /// Bounded map from `"<rule>:<key>"` to the last DENY Redis returned for it.
@@ -43,10 +45,10 @@ impl DenyCache {
         DenyCache { entries, ttl }
     }
 
-    /// Remembers `decision` (a DENY from Redis for `cost` units, asked at `asked`)
-    /// under `tag` for `min(ttl, wait_ms)` from `asked`, so it never outlives Redis's own
-    /// `wait_ms`. ALLOWs and zero-wait decisions are ignored.
-    pub fn remember(&self, tag: &str, cost: u32, decision: &Decision, asked: Instant) {
+    /// Remembers `decision` (a DENY from Redis for `cost` units, asked at `asked_us`,
+    /// wall clock µs) under `tag` for `min(ttl, wait_ms)` from then, so it never outlives
+    /// Redis's own `wait_ms`. ALLOWs and zero-wait decisions are ignored.
+    pub fn remember(&self, tag: &str, cost: u32, decision: &Decision, asked_us: f64) {
         let Some(entries) = &self.entries else { return };
         if decision.allowed || decision.wait_ms == 0 {
             return;
@@ -57,21 +59,24 @@ impl DenyCache {
             Entry {
                 decision: *decision,
                 cost,
-                at: asked,
-                ttl,
+                at_us: asked_us,
+                ttl_us: ttl.as_micros() as f64,
             },
         );
     }
 
-    /// The cached DENY for `tag` and `cost`, if one is fresh, with `reset_ms` and
-    /// `wait_ms` reduced by the time since Redis decided (ceil) and `source = cache`.
-    pub fn lookup(&self, tag: &str, cost: u32) -> Option<Decision> {
+    /// The cached DENY for `tag` and `cost` at `now_us` (wall clock µs), if one is
+    /// fresh, with `reset_ms` and `wait_ms` reduced by the whole ms since Redis was
+    /// asked and `source = cache`. The wall clock is the one local decisions read (once
+    /// per batch); a clock stepping back counts as no time passed, and moka's own
+    /// monotonic time-to-live (`cache.ttl_ms`) bounds an entry's life whatever the clock.
+    pub fn lookup(&self, tag: &str, cost: u32, now_us: f64) -> Option<Decision> {
         let entry = self.entries.as_ref()?.get(tag)?;
-        let elapsed = entry.at.elapsed();
-        if entry.cost != cost || elapsed >= entry.ttl {
+        let elapsed = (now_us - entry.at_us).max(0.0);
+        if entry.cost != cost || elapsed >= entry.ttl_us {
             return None;
         }
-        let elapsed_ms = elapsed.as_millis() as u64;
+        let elapsed_ms = (elapsed / 1000.0) as u64;
         let d = entry.decision;
         Some(Decision {
             reset_ms: d.reset_ms.saturating_sub(elapsed_ms),
@@ -107,6 +112,8 @@ impl DenyCache {
 mod tests {
     use super::*;
 
+    const T0: f64 = 1_700_000_000_000_000.0;
+
     fn deny(wait_ms: u64) -> Decision {
         Decision {
             allowed: false,
@@ -121,12 +128,14 @@ mod tests {
     #[test]
     fn remembers_denies_of_the_same_cost_only() {
         let c = DenyCache::new(500, 100);
-        c.remember("r:k", 2, &deny(300), Instant::now());
-        let hit = c.lookup("r:k", 2).unwrap();
+        c.remember("r:k", 2, &deny(300), T0);
+        let hit = c.lookup("r:k", 2, T0 + 100_000.0).unwrap();
         assert_eq!(hit.source, Source::Cache);
-        assert!(!hit.allowed && hit.wait_ms <= 300 && hit.wait_ms >= 1);
-        assert!(c.lookup("r:k", 1).is_none());
-        assert!(c.lookup("r:other", 2).is_none());
+        assert_eq!((hit.allowed, hit.wait_ms, hit.reset_ms), (false, 200, 900));
+        assert!(c.lookup("r:k", 1, T0).is_none());
+        assert!(c.lookup("r:other", 2, T0).is_none());
+        // A clock stepping back: no time passed.
+        assert_eq!(c.lookup("r:k", 2, T0 - 5e6).unwrap().wait_ms, 300);
     }
 
     #[test]
@@ -139,18 +148,21 @@ mod tests {
                 allowed: true,
                 ..deny(0)
             },
-            Instant::now(),
+            T0,
         );
-        assert!(c.lookup("r:a", 1).is_none());
-        c.remember("r:b", 1, &deny(20), Instant::now());
-        std::thread::sleep(Duration::from_millis(25));
-        assert!(c.lookup("r:b", 1).is_none(), "kept past wait_ms");
+        assert!(c.lookup("r:a", 1, T0).is_none());
+        c.remember("r:b", 1, &deny(20), T0);
+        assert!(c.lookup("r:b", 1, T0 + 19_999.0).is_some());
+        assert!(
+            c.lookup("r:b", 1, T0 + 20_000.0).is_none(),
+            "kept past wait_ms"
+        );
     }
 
     #[test]
     fn ttl_zero_disables() {
         let c = DenyCache::new(0, 100);
-        c.remember("r:k", 1, &deny(300), Instant::now());
-        assert!(c.lookup("r:k", 1).is_none());
+        c.remember("r:k", 1, &deny(300), T0);
+        assert!(c.lookup("r:k", 1, T0).is_none());
     }
 }

@@ -82,6 +82,23 @@ pub struct ServerConfig {
     /// reader takes no reply bytes for this long, is closed, ms (0 = never; max 1 day).
     #[serde(deserialize_with = "de_idle_timeout")]
     pub idle_timeout_ms: u64,
+    /// Threads of the tokio runtime serving requests (0..=256); 0 (default) = half the
+    /// CPUs the process may use, at least 1: a sidecar leaves CPU to the applications
+    /// calling it, and on small hosts one thread beats two contending with the callers
+    /// (docs/PERFORMANCE.md measures it).
+    #[serde(deserialize_with = "de_worker_threads")]
+    pub worker_threads: usize,
+}
+
+impl ServerConfig {
+    /// The runtime's worker threads: `worker_threads`, or the default for `0`.
+    pub fn worker_threads(&self) -> usize {
+        if self.worker_threads > 0 {
+            return self.worker_threads;
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cpus / 2).max(1)
+    }
 }
 
 impl Default for ServerConfig {
@@ -95,6 +112,7 @@ impl Default for ServerConfig {
             allow_gids: Vec::new(),
             max_connections: 1000,
             idle_timeout_ms: 300_000,
+            worker_threads: 0,
         }
     }
 }
@@ -676,6 +694,10 @@ fn ranged<'de, D: Deserializer<'de>>(
 
 fn de_max_line<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
     ranged(d, "server.max_line_bytes", 512, 1 << 20).map(|v| v as usize)
+}
+
+fn de_worker_threads<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    ranged(d, "server.worker_threads", 0, 256).map(|v| v as usize)
 }
 
 fn de_in_flight<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {

@@ -8,7 +8,7 @@
 //! * `allow`: ALLOW (source `fail_open`);
 //! * `deny`: DENY (source `fail_closed`).
 
-use crate::algorithm::{wall_clock_us, Params, State};
+use crate::algorithm::{Params, State};
 use crate::cache::Hasher;
 use crate::config::{OnRedisFailure, Rule};
 use crate::protocol::{Decision, Source};
@@ -35,11 +35,18 @@ impl LocalBuckets {
         }
     }
 
-    /// Decides `cost` units for `tag` on the host's wall clock (µs since the epoch, so
-    /// windows align as in Redis; a clock stepping back counts as standing still).
-    /// `limit` is the rule's capacity/limit, reported as is (CONTRACT §1), even when
-    /// `params` is a share of it.
-    pub fn decide(&self, tag: &str, limit: u64, params: &Params, cost: u32) -> Decision {
+    /// Decides `cost` units for `tag` at `now_us`, the host's wall clock (µs since the
+    /// epoch, so windows align as in Redis; a clock stepping back counts as standing
+    /// still). `limit` is the rule's capacity/limit, reported as is (CONTRACT §1), even
+    /// when `params` is a share of it.
+    pub fn decide(
+        &self,
+        tag: &str,
+        limit: u64,
+        params: &Params,
+        cost: u32,
+        now_us: f64,
+    ) -> Decision {
         let bucket = match self.buckets.get(tag) {
             Some(b) => b,
             None => self
@@ -49,7 +56,7 @@ impl LocalBuckets {
         let mut state = bucket
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let outcome = params.decide(&mut state, wall_clock_us(), u64::from(cost));
+        let outcome = params.decide(&mut state, now_us, u64::from(cost));
         Decision {
             allowed: outcome.allowed,
             limit,
@@ -73,11 +80,18 @@ impl LocalBuckets {
     }
 }
 
-/// The decision for a request Redis could not decide, per `rule.on_redis_failure`.
-pub fn decide_without_redis(local: &LocalBuckets, rule: &Rule, tag: &str, cost: u32) -> Decision {
+/// The decision for a request Redis could not decide, per `rule.on_redis_failure`, at
+/// `now_us` (wall clock, µs).
+pub fn decide_without_redis(
+    local: &LocalBuckets,
+    rule: &Rule,
+    tag: &str,
+    cost: u32,
+    now_us: f64,
+) -> Decision {
     let limit = rule.limit();
     match rule.on_redis_failure {
-        OnRedisFailure::Local => local.decide(tag, limit, &rule.fallback_params, cost),
+        OnRedisFailure::Local => local.decide(tag, limit, &rule.fallback_params, cost, now_us),
         OnRedisFailure::Allow => Decision {
             allowed: true,
             limit,
@@ -119,19 +133,19 @@ mod tests {
         let local = LocalBuckets::new(100);
         let r = rule(OnRedisFailure::Local, 4);
         let allowed = (0..20)
-            .filter(|_| decide_without_redis(&local, &r, "r:k", 1).allowed)
+            .filter(|_| decide_without_redis(&local, &r, "r:k", 1, 0.0).allowed)
             .count();
         assert_eq!(allowed, 5);
-        let d = decide_without_redis(&local, &r, "r:k", 1);
+        let d = decide_without_redis(&local, &r, "r:k", 1, 0.0);
         assert_eq!((d.limit, d.source), (20, Source::Local));
     }
 
     #[test]
     fn fail_open_and_fail_closed() {
         let local = LocalBuckets::new(100);
-        let d = decide_without_redis(&local, &rule(OnRedisFailure::Allow, 1), "r:k", 3);
+        let d = decide_without_redis(&local, &rule(OnRedisFailure::Allow, 1), "r:k", 3, 0.0);
         assert!(d.allowed && d.source == Source::FailOpen && d.remaining == 17);
-        let d = decide_without_redis(&local, &rule(OnRedisFailure::Deny, 1), "r:k", 3);
+        let d = decide_without_redis(&local, &rule(OnRedisFailure::Deny, 1), "r:k", 3, 0.0);
         assert!(!d.allowed && d.source == Source::FailClosed && d.wait_ms > 0);
         assert!(local.is_empty());
     }

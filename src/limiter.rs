@@ -10,6 +10,7 @@
 //!                                                           └► error of this key only: on_redis_failure
 //! ```
 
+use crate::algorithm::{wall_clock_us, BatchClock};
 use crate::cache::DenyCache;
 use crate::circuit::Circuit;
 use crate::config::{Config, Rule};
@@ -35,8 +36,9 @@ struct Entry {
     counters: DecisionCounters,
 }
 
-/// The rules in force as the limiter holds them.
-type Active = HashMap<String, Arc<Entry>>;
+/// The rules in force as the limiter holds them (looked up once per request: foldhash,
+/// not SipHash).
+type Active = HashMap<String, Arc<Entry>, crate::cache::Hasher>;
 
 fn activate(rules: Rules) -> Active {
     rules
@@ -127,8 +129,14 @@ impl Limiter {
     /// Answers one request line (terminator removed). The `bool` is true for `QUIT`:
     /// the connection closes after this reply.
     pub fn handle(self: &Arc<Self>, line: &[u8]) -> (Pending, bool) {
+        self.handle_with(line, &mut BatchClock::default())
+    }
+
+    /// [`Limiter::handle`], reading the wall clock through `clock`, shared by the lines
+    /// of one batch.
+    pub fn handle_with(self: &Arc<Self>, line: &[u8], clock: &mut BatchClock) -> (Pending, bool) {
         match protocol::parse(line) {
-            Ok(Request::Check { rule, key, cost }) => (self.check(rule, key, cost), false),
+            Ok(Request::Check { rule, key, cost }) => (self.check(rule, key, cost, clock), false),
             Ok(Request::Ping) => (Pending::Ready(Some(Reply::Pong)), false),
             Ok(Request::Quit) => (Pending::Ready(Some(Reply::Bye)), true),
             Err(e) => {
@@ -143,8 +151,15 @@ impl Limiter {
         (self.cache.len(), self.local.len())
     }
 
-    /// Decides `CHECK rule key cost` (key and cost already valid per the protocol).
-    pub fn check(self: &Arc<Self>, rule: &[u8], key: &[u8], cost: u32) -> Pending {
+    /// Decides `CHECK rule key cost` (key and cost already valid per the protocol);
+    /// local decisions and cache hits take the time from `clock`.
+    pub fn check(
+        self: &Arc<Self>,
+        rule: &[u8],
+        key: &[u8],
+        cost: u32,
+        clock: &mut BatchClock,
+    ) -> Pending {
         let ready = |reply: Reply| Pending::Ready(Some(reply));
         let error = |e: ProtoError| {
             metrics::error_reply(e.code);
@@ -183,13 +198,18 @@ impl Limiter {
         };
 
         let Some(redis) = &self.redis else {
-            return decided(self.local.decide(tag, rule.limit(), &rule.params, cost));
+            let now = clock.now_us();
+            return decided(
+                self.local
+                    .decide(tag, rule.limit(), &rule.params, cost, now),
+            );
         };
-        if let Some(cached) = self.cache.lookup(tag, cost) {
+        if let Some(cached) = self.cache.lookup(tag, cost, clock.now_us()) {
             return decided(cached);
         }
         if self.circuit.is_open() {
-            return decided(decide_without_redis(&self.local, rule, tag, cost));
+            let now = clock.now_us();
+            return decided(decide_without_redis(&self.local, rule, tag, cost, now));
         }
         let this = Arc::clone(self);
         let redis = Arc::clone(redis);
@@ -198,6 +218,7 @@ impl Limiter {
         Pending::Redis(Box::pin(async move {
             let rule = &entry.rule;
             let asked = Instant::now();
+            let asked_us = wall_clock_us();
             let call = redis.decide(&tag, &rule.params, cost);
             let answer = tokio::time::timeout(this.timeout, call).await;
             this.redis_calls.took(asked.elapsed());
@@ -211,19 +232,19 @@ impl Limiter {
                         wait_ms: o.wait_ms,
                         source: Source::Redis,
                     };
-                    this.cache.remember(&tag, cost, &d, asked);
+                    this.cache.remember(&tag, cost, &d, asked_us);
                     d
                 }
                 Ok(Err(e)) if is_unavailable(&e) => {
                     this.redis_calls.failed(error_kind(&e));
                     this.circuit.trip(&e);
-                    decide_without_redis(&this.local, rule, &tag, cost)
+                    decide_without_redis(&this.local, rule, &tag, cost, wall_clock_us())
                 }
                 Ok(Err(e)) => {
                     // This key's problem, not Redis's: decide it locally, keep the circuit.
                     this.redis_calls.failed("key");
                     this.log_key_error(&tag, &e);
-                    decide_without_redis(&this.local, rule, &tag, cost)
+                    decide_without_redis(&this.local, rule, &tag, cost, wall_clock_us())
                 }
                 Err(_) => {
                     this.redis_calls.failed("timeout");
@@ -231,7 +252,7 @@ impl Limiter {
                         "no answer within redis.timeout_ms = {}",
                         this.timeout.as_millis()
                     ));
-                    decide_without_redis(&this.local, rule, &tag, cost)
+                    decide_without_redis(&this.local, rule, &tag, cost, wall_clock_us())
                 }
             };
             entry.counters.record(&decision);

@@ -60,6 +60,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.server.worker_threads())
         .enable_all()
         .build()
     {

@@ -5,6 +5,7 @@
 //! which is backpressure), while replies go back strictly in request order
 //! ([`FuturesOrdered`]). Ready replies are batched into one write.
 
+use crate::algorithm::BatchClock;
 use crate::config::ServerConfig;
 use crate::limiter::{Limiter, Pending};
 use crate::protocol::{ErrorCode, Frame, LineDecoder, ProtoError, Reply};
@@ -356,7 +357,9 @@ async fn connection(
     let mut stopping = false;
     let mut drained = false;
     loop {
-        // Turn buffered lines into requests, up to the in-flight bound.
+        // Turn buffered lines into requests, up to the in-flight bound; they are
+        // decided at one instant (one clock read).
+        let mut clock = BatchClock::default();
         let mut at_bound = false;
         while !quit {
             if pending.len() >= limits.max_in_flight {
@@ -381,7 +384,7 @@ async fn connection(
                     )))))
                 }
                 Some(Frame::Line(line)) => {
-                    let (reply, is_quit) = limiter.handle(&line);
+                    let (reply, is_quit) = limiter.handle_with(&line, &mut clock);
                     match reply {
                         // Nothing ahead of it: a ready reply goes straight out, in order,
                         // without a task node in `pending`.

@@ -3,7 +3,7 @@
 //! their configured number of entries, evicting the rest. (The 10-million-key RSS
 //! figure is a measurement, in docs/PERFORMANCE.md, not a test.)
 
-use ratelimitd::algorithm::{token_bucket, Params};
+use ratelimitd::algorithm::{token_bucket, wall_clock_us, Params};
 use ratelimitd::cache::DenyCache;
 use ratelimitd::fallback::LocalBuckets;
 use ratelimitd::protocol::{Decision, Source};
@@ -29,12 +29,12 @@ fn local_buckets_evict_beyond_max_keys() {
     let local = LocalBuckets::new(MAX);
     let params = Params::TokenBucket(token_bucket::Params::shared(10, 1.0, 1));
     for i in 0..KEYS {
-        let d = local.decide(&format!("api:k{i}"), 10, &params, 1);
+        let d = local.decide(&format!("api:k{i}"), 10, &params, 1, wall_clock_us());
         assert!(d.allowed, "a new key starts full");
     }
     // A read-only touch keeps housekeeping going, as traffic would.
     let n = settles_at_most(MAX + MAX / 10, || {
-        local.decide("api:k0", 10, &params, 0);
+        local.decide("api:k0", 10, &params, 0, wall_clock_us());
         local.len()
     });
     assert!(n <= MAX + MAX / 10, "{n} buckets held for max_keys = {MAX}");
@@ -52,7 +52,7 @@ fn deny_cache_evicts_beyond_max_entries() {
         wait_ms: 60_000,
         source: Source::Redis,
     };
-    let now = Instant::now();
+    let now = wall_clock_us();
     for i in 0..KEYS {
         cache.remember(&format!("api:k{i}"), 1, &deny, now);
     }

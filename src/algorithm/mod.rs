@@ -163,7 +163,23 @@ impl Params {
 pub fn wall_clock_us() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_micros() as f64)
+        .map_or(0.0, |d| {
+            // Seconds and µs separately: exact, and cheaper than a u128 conversion.
+            d.as_secs() as f64 * 1e6 + f64::from(d.subsec_micros())
+        })
+}
+
+/// The wall clock read at most once per batch of requests (the lines one `read` brought
+/// in are decided at one instant): reading the clock is a measurable share of a local
+/// decision.
+#[derive(Debug, Default)]
+pub struct BatchClock(Option<f64>);
+
+impl BatchClock {
+    /// Now, µs since the epoch: read at the first call, the same value afterwards.
+    pub fn now_us(&mut self) -> f64 {
+        *self.0.get_or_insert_with(wall_clock_us)
+    }
 }
 
 /// `ceil(us / 1000)`: µs to whole ms, rounded up (`math.ceil(us / 1000)` in Lua).
