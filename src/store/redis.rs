@@ -178,24 +178,18 @@ impl RedisStore {
     /// Whatever Redis or the connection reports (down, OOM, cluster down, ...), or a
     /// malformed script reply.
     pub async fn decide(&self, tag: &str, params: &Params, cost: u32) -> Result<Outcome, Error> {
-        let micro = || format!("{:.0}", f64::from(cost) * MICRO);
+        // Integers go as fred integers (sent as bulk strings, formatted with itoa), rates
+        // as doubles (shortest round-trip form, which Lua's tonumber reads back exactly).
+        let micro = Value::Integer(i64::from(cost) * MICRO as i64);
         let s = &self.scripts;
         let (script, args) = match params {
             Params::TokenBucket(p) => (
                 &s.token_bucket,
-                vec![
-                    format!("{:.0}", p.capacity),
-                    p.refill_rate.to_string(),
-                    micro(),
-                ],
+                vec![whole(p.capacity), Value::Double(p.refill_rate), micro],
             ),
             Params::LeakyBucket(p) => (
                 &s.leaky_bucket,
-                vec![
-                    format!("{:.0}", p.capacity),
-                    p.leak_rate.to_string(),
-                    micro(),
-                ],
+                vec![whole(p.capacity), Value::Double(p.leak_rate), micro],
             ),
             Params::FixedWindow(w) => (&s.fixed_window, window_args(w, cost)),
             Params::SlidingWindowLog(w) => (&s.sliding_window_log, window_args(w, cost)),
@@ -304,13 +298,19 @@ pub fn error_kind(error: &Error) -> &'static str {
     }
 }
 
+/// A script argument from an integer-valued double (a count of µ-units or µs), sent as
+/// an integer; a fractional one (a shared limit) as a double.
+fn whole(x: f64) -> Value {
+    if x.fract() == 0.0 && x.abs() < 9e15 {
+        Value::Integer(x as i64)
+    } else {
+        Value::Double(x)
+    }
+}
+
 /// `limit`, `window` (µs) and `cost` of the window scripts.
-fn window_args(w: &crate::algorithm::WindowParams, cost: u32) -> Vec<String> {
-    vec![
-        w.limit.to_string(),
-        format!("{:.0}", w.window),
-        cost.to_string(),
-    ]
+fn window_args(w: &crate::algorithm::WindowParams, cost: u32) -> Vec<Value> {
+    vec![whole(w.limit), whole(w.window), Value::Integer(i64::from(cost))]
 }
 
 fn outcome(reply: &[i64]) -> Result<Outcome, Error> {
