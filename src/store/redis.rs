@@ -310,7 +310,11 @@ fn whole(x: f64) -> Value {
 
 /// `limit`, `window` (µs) and `cost` of the window scripts.
 fn window_args(w: &crate::algorithm::WindowParams, cost: u32) -> Vec<Value> {
-    vec![whole(w.limit), whole(w.window), Value::Integer(i64::from(cost))]
+    vec![
+        whole(w.limit),
+        whole(w.window),
+        Value::Integer(i64::from(cost)),
+    ]
 }
 
 fn outcome(reply: &[i64]) -> Result<Outcome, Error> {
