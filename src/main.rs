@@ -59,10 +59,17 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(config.server.worker_threads())
-        .enable_all()
-        .build()
+    // One worker: a current-thread runtime (no work-stealing machinery to pay for);
+    // more: the multi-thread scheduler.
+    let threads = config.server.worker_threads();
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    };
+    let runtime = match builder.enable_all().build()
     {
         Ok(rt) => rt,
         Err(e) => {
