@@ -9,7 +9,7 @@
 //! * `deny`: DENY (source `fail_closed`).
 
 use crate::algorithm::{Params, State};
-use crate::cache::Hasher;
+use crate::cache::{Hasher, TagKey};
 use crate::config::{OnRedisFailure, Rule};
 use crate::protocol::{Decision, Source};
 use moka::sync::Cache;
@@ -21,7 +21,8 @@ pub const FAIL_CLOSED_RETRY_MS: u64 = 1000;
 /// Per-key algorithm states kept in this process ("local buckets", whatever the
 /// algorithm), keyed by `"<rule>:<key>"`, bounded in number.
 pub struct LocalBuckets {
-    buckets: Cache<Box<str>, Arc<Mutex<Option<State>>>, Hasher>,
+    buckets: Cache<u128, Arc<Mutex<Option<State>>>, Hasher>,
+    keys: TagKey,
 }
 
 impl LocalBuckets {
@@ -32,6 +33,7 @@ impl LocalBuckets {
             buckets: Cache::builder()
                 .max_capacity(max_keys)
                 .build_with_hasher(Hasher::default()),
+            keys: TagKey::default(),
         }
     }
 
@@ -47,11 +49,10 @@ impl LocalBuckets {
         cost: u32,
         now_us: f64,
     ) -> Decision {
-        let bucket = match self.buckets.get(tag) {
+        let key = self.keys.of(tag);
+        let bucket = match self.buckets.get(&key) {
             Some(b) => b,
-            None => self
-                .buckets
-                .get_with(tag.into(), || Arc::new(Mutex::new(None))),
+            None => self.buckets.get_with(key, || Arc::new(Mutex::new(None))),
         };
         let mut state = bucket
             .lock()
