@@ -69,8 +69,7 @@ fn main() -> ExitCode {
         b.worker_threads(threads);
         b
     };
-    let runtime = match builder.enable_all().build()
-    {
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("ratelimitd: cannot start the runtime: {e}");
