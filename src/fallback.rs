@@ -57,7 +57,12 @@ impl LocalBuckets {
         let mut state = bucket
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let outcome = params.decide(&mut state, now_us, u64::from(cost));
+        let mut outcome = params.decide(&mut state, now_us, u64::from(cost));
+        if !outcome.allowed && !params.can_ever_pass(u64::from(cost)) {
+            // This host's share is below `cost`: it cannot pass until Redis is back;
+            // ask to retry about when the circuit is probed again, not in 1 ms.
+            outcome.wait_ms = outcome.wait_ms.max(FAIL_CLOSED_RETRY_MS);
+        }
         Decision {
             allowed: outcome.allowed,
             limit,
@@ -139,6 +144,23 @@ mod tests {
         assert_eq!(allowed, 5);
         let d = decide_without_redis(&local, &r, "r:k", 1, 0.0);
         assert_eq!((d.limit, d.source), (20, Source::Local));
+    }
+
+    #[test]
+    fn a_cost_above_the_share_waits_for_redis_not_1_ms() {
+        let local = LocalBuckets::new(100);
+        let r = Rule::new(
+            "q".into(),
+            Algorithm::FixedWindow {
+                limit: 3,
+                window_ms: 86_400_000,
+            },
+            OnRedisFailure::Local,
+            4,
+        );
+        let d = decide_without_redis(&local, &r, "q:k", 1, 1.7e15);
+        assert!(!d.allowed);
+        assert_eq!(d.wait_ms, FAIL_CLOSED_RETRY_MS);
     }
 
     #[test]

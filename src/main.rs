@@ -97,6 +97,16 @@ async fn run(config_path: PathBuf, config: Config) -> Result<(), String> {
         }
         tracing::info!(%listen, "serving Prometheus metrics");
     }
+    for rule in config.rules.values() {
+        if config.redis.mode != RedisMode::None && !rule.fallback_params.can_ever_pass(1) {
+            tracing::warn!(
+                rule = %rule.name,
+                limit = rule.limit(),
+                hosts = rule.fallback_hosts,
+                "this rule's share of its limit per host is below 1 unit: while Redis is unreachable it denies every request locally (raise the limit or lower fallback_hosts, or set on_redis_failure)"
+            );
+        }
+    }
     systemd::notify_status("starting: connecting to Redis");
     let (redis, circuit) = start_redis(&config).await?;
     let limiter = Arc::new(Limiter::new(&config, redis, Arc::clone(&circuit)));

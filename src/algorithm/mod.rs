@@ -94,6 +94,19 @@ pub enum State {
 }
 
 impl Params {
+    /// True if a request of `cost` units can ever be allowed under these parameters
+    /// (false when `cost` exceeds a host's fallback share of the limit).
+    pub fn can_ever_pass(&self, cost: u64) -> bool {
+        let cost = cost as f64;
+        match self {
+            Params::TokenBucket(p) => cost * MICRO <= p.capacity,
+            Params::LeakyBucket(p) => cost * MICRO <= p.capacity,
+            Params::FixedWindow(w)
+            | Params::SlidingWindowLog(w)
+            | Params::SlidingWindowCounter(w) => cost <= w.limit,
+        }
+    }
+
     /// Decides `cost` units at `now` µs against `state` (`None`: a key never seen) and
     /// updates `state` in place. A state of another algorithm (the rule was changed by a
     /// reload) counts as a new key.
