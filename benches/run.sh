@@ -146,7 +146,7 @@ done
 [ -n "$REDIS_TCP_PID" ] ||
     { echo "run.sh: could not start redis-server on TCP:" >&2; cat "$TMP/redis-tcp.log" >&2; exit 1; }
 RCLI=(redis-cli -h 127.0.0.1 -p "$PORT")
-SHA=$("${RCLI[@]}" SCRIPT LOAD "$(cat lua/token_bucket.lua)")
+SHA=$("${RCLI[@]}" SCRIPT LOAD "$(cat lua/prelude.lua lua/token_bucket.lua)")
 [[ $SHA =~ ^[0-9a-f]{40}$ ]] || { echo "run.sh: SCRIPT LOAD failed: $SHA" >&2; exit 1; }
 
 # --- measuring ------------------------------------------------------------

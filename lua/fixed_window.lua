@@ -5,25 +5,13 @@
 -- ARGV[1]  limit, units per window (may be fractional in tests of shared limits)
 -- ARGV[2]  window, µs (a whole number of ms); windows are aligned to the Unix epoch
 -- ARGV[3]  cost, units (integer)
--- ARGV[4]  optional: "now" in µs. Only tests pass it; production uses Redis TIME.
+-- ARGV[4]  optional "now" in µs (tests only): see prelude.lua, prepended to this file.
 -- Returns  {allowed 0|1, remaining (floor), reset_ms, wait_ms}
 --
 -- The key expires 1 s after its window ends; a DENY or a cost of 0 writes nothing.
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
-local now
-if ARGV[4] then
-  now = tonumber(ARGV[4])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
-local function ceil_ms(us)
-  return math.ceil(us / 1000)
-end
-
 local s = redis.call('HMGET', KEYS[1], 'w', 'c')
 local st_start, st_count
 if s[1] and s[2] then

@@ -5,7 +5,7 @@
 -- ARGV[1]  limit, units per sliding window
 -- ARGV[2]  window, µs
 -- ARGV[3]  cost, units (integer)
--- ARGV[4]  optional: "now" in µs. Only tests pass it; production uses Redis TIME.
+-- ARGV[4]  optional "now" in µs (tests only): see prelude.lua, prepended to this file.
 -- Returns  {allowed 0|1, remaining (floor), reset_ms, wait_ms}
 --
 -- Exact: allowed if the units logged in (now - window, now] plus cost fit in limit.
@@ -15,18 +15,6 @@
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
-local now
-if ARGV[4] then
-  now = tonumber(ARGV[4])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
-local function ceil_ms(us)
-  return math.ceil(us / 1000)
-end
-
 local flat = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 local n = #flat / 2
 local ts, units = {}, {}

@@ -6,7 +6,7 @@
 -- ARGV[1]  capacity, micro-tokens (integer; capacity × 1e6)
 -- ARGV[2]  refill rate, tokens/s (= micro-tokens/µs), > 0
 -- ARGV[3]  cost, micro-tokens (integer)
--- ARGV[4]  optional: "now" in µs. Only tests pass it; production uses Redis TIME.
+-- ARGV[4]  optional "now" in µs (tests only): see prelude.lua, prepended to this file.
 -- Returns  {allowed 0|1, remaining tokens (floor), reset_ms, wait_ms}
 --
 -- A new or expired key is full. The key expires 1 s after it would be full again, when
@@ -15,69 +15,9 @@
 -- `cost`: a closed form, checked against the refill rule by settle() (as in Rust).
 -- Numbers passed to redis.call are formatted with %.0f: Redis would print large ones
 -- as 1e+17, which HSET would store inexactly and PEXPIRE would reject.
--- Needs Redis >= 5 (script effects replication, so TIME may precede writes).
 local cap = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
-local now
-if ARGV[4] then
-  now = tonumber(ARGV[4])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
-local function ceil_ms(us)
-  return math.ceil(us / 1000)
-end
-
--- The first whole ms k >= lo with ok(k), from a closed-form guess: check it, else
--- gallop to a bracket and bisect (src/algorithm/mod.rs settle(), the same steps).
-local function settle(guess, lo, ok)
-  local k = math.max(guess, lo)
-  local good, bad
-  local step = 1
-  if ok(k) then
-    good = k
-    while true do
-      local below = good - step
-      if below < lo then
-        bad = lo - 1
-        break
-      end
-      if not ok(below) then
-        bad = below
-        break
-      end
-      good = below
-      step = step * 2
-    end
-  else
-    bad = k
-    while true do
-      local above = bad + step
-      if ok(above) then
-        good = above
-        break
-      end
-      bad = above
-      step = step * 2
-      if step > 1e15 then
-        return above
-      end
-    end
-  end
-  while good - bad > 1 do
-    local mid = math.floor((bad + good) / 2)
-    if ok(mid) then
-      good = mid
-    else
-      bad = mid
-    end
-  end
-  return good
-end
-
 local st_tokens, st_ts
 local s = redis.call('HMGET', KEYS[1], 't', 'ts')
 if s[1] and s[2] then

@@ -13,6 +13,7 @@ mod reference;
 use common::*;
 use proptest::prelude::*;
 use ratelimitd::algorithm::{self, leaky_bucket, token_bucket, Params, WindowParams};
+use ratelimitd::store::redis;
 use reference::{Algo, Model};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -48,7 +49,7 @@ fn lua_call(params: &Params, cost: u64) -> (&'static str, Vec<String>) {
     };
     match params {
         Params::TokenBucket(p) => (
-            include_str!("../lua/token_bucket.lua"),
+            redis::TOKEN_BUCKET_LUA,
             vec![
                 format!("{:.0}", p.capacity),
                 p.refill_rate.to_string(),
@@ -56,14 +57,12 @@ fn lua_call(params: &Params, cost: u64) -> (&'static str, Vec<String>) {
             ],
         ),
         Params::LeakyBucket(p) => (
-            include_str!("../lua/leaky_bucket.lua"),
+            redis::LEAKY_BUCKET_LUA,
             vec![format!("{:.0}", p.capacity), p.leak_rate.to_string(), micro],
         ),
-        Params::FixedWindow(w) => (include_str!("../lua/fixed_window.lua"), window(w)),
-        Params::SlidingWindowLog(w) => (include_str!("../lua/sliding_window_log.lua"), window(w)),
-        Params::SlidingWindowCounter(w) => {
-            (include_str!("../lua/sliding_window_counter.lua"), window(w))
-        }
+        Params::FixedWindow(w) => (redis::FIXED_WINDOW_LUA, window(w)),
+        Params::SlidingWindowLog(w) => (redis::SLIDING_WINDOW_LOG_LUA, window(w)),
+        Params::SlidingWindowCounter(w) => (redis::SLIDING_WINDOW_COUNTER_LUA, window(w)),
     }
 }
 

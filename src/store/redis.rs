@@ -21,16 +21,32 @@ use fred::types::scripts::Script;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The token bucket script (see each file for its arguments and reply).
-pub const TOKEN_BUCKET_LUA: &str = include_str!("../../lua/token_bucket.lua");
+/// The token bucket script: `lua/prelude.lua` (the decision instant, `ceil_ms`, `settle`)
+/// then `lua/token_bucket.lua` (see each file for its arguments and reply).
+pub const TOKEN_BUCKET_LUA: &str = concat!(
+    include_str!("../../lua/prelude.lua"),
+    include_str!("../../lua/token_bucket.lua")
+);
 /// The leaky bucket script.
-pub const LEAKY_BUCKET_LUA: &str = include_str!("../../lua/leaky_bucket.lua");
+pub const LEAKY_BUCKET_LUA: &str = concat!(
+    include_str!("../../lua/prelude.lua"),
+    include_str!("../../lua/leaky_bucket.lua")
+);
 /// The fixed window script.
-pub const FIXED_WINDOW_LUA: &str = include_str!("../../lua/fixed_window.lua");
+pub const FIXED_WINDOW_LUA: &str = concat!(
+    include_str!("../../lua/prelude.lua"),
+    include_str!("../../lua/fixed_window.lua")
+);
 /// The sliding window log script.
-pub const SLIDING_WINDOW_LOG_LUA: &str = include_str!("../../lua/sliding_window_log.lua");
+pub const SLIDING_WINDOW_LOG_LUA: &str = concat!(
+    include_str!("../../lua/prelude.lua"),
+    include_str!("../../lua/sliding_window_log.lua")
+);
 /// The sliding window counter script.
-pub const SLIDING_WINDOW_COUNTER_LUA: &str = include_str!("../../lua/sliding_window_counter.lua");
+pub const SLIDING_WINDOW_COUNTER_LUA: &str = concat!(
+    include_str!("../../lua/prelude.lua"),
+    include_str!("../../lua/sliding_window_counter.lua")
+);
 
 /// The five scripts, loaded together.
 struct Scripts {
