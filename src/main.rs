@@ -218,6 +218,7 @@ async fn start_redis(config: &Config) -> Result<(Option<Arc<RedisStore>>, Arc<Ci
             "Redis unreachable at start: serving from local buckets (per on_redis_failure) and probing Redis in the background"
         ),
     }
+    store.trip_on_connection_errors(Arc::clone(&circuit));
     tokio::spawn(Arc::clone(&store).run_prober(Arc::clone(&circuit)));
     Ok((Some(store), circuit))
 }

@@ -147,6 +147,11 @@ impl RedisCalls {
     }
 }
 
+/// Counts a connection-level Redis error reported by fred (kind `connection`).
+pub fn connection_error() {
+    counter!(REDIS_ERRORS, "kind" => "connection").increment(1);
+}
+
 /// Records a circuit transition (`open = true`: Redis bypassed).
 pub fn circuit(open: bool) {
     gauge!(CIRCUIT_OPEN).set(if open { 1.0 } else { 0.0 });

@@ -257,6 +257,23 @@ impl RedisStore {
         }
     }
 
+    /// Opens `circuit` as soon as fred reports a connection error (a connection dropped
+    /// by Redis or the network, a failed reconnect), so decisions go local at once
+    /// instead of each waiting `redis.timeout_ms` while fred reconnects; the prober
+    /// closes it again when Redis answers. Runs until the client is dropped.
+    pub fn trip_on_connection_errors(&self, circuit: Arc<Circuit>) {
+        // The listener task ends by itself when the client goes away.
+        drop(self.client.on_error(move |(error, server)| {
+            let circuit = Arc::clone(&circuit);
+            async move {
+                let at = server.map_or_else(|| "Redis".to_owned(), |s| s.to_string());
+                crate::metrics::connection_error();
+                circuit.trip(&format_args!("connection to {at} failed: {error}"));
+                Ok(())
+            }
+        }));
+    }
+
     /// Forever: whenever `circuit` is open, probe Redis every [`PROBE_INTERVAL`] and
     /// close the circuit when a probe succeeds.
     pub async fn run_prober(self: Arc<Self>, circuit: Arc<Circuit>) {
