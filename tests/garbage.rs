@@ -6,6 +6,8 @@
 mod common;
 
 use common::*;
+use rand::rngs::SmallRng;
+use rand::{Rng as _, RngCore, SeedableRng};
 use ratelimitd::protocol::{parse, Request};
 
 const MAX_LINE: usize = 512;
@@ -24,18 +26,15 @@ capacity = 1000000
 refill_rate = 1000000.0
 "#;
 
-/// xorshift64*: deterministic, seeded, no dependency.
-struct Rng(u64);
+/// rand's seeded `SmallRng` (deterministic runs) with the helpers the lines need.
+struct Rng(SmallRng);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        self.0.next_u64()
     }
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        self.0.gen_range(0..n)
     }
     fn bytes(&mut self, len: usize, pick: impl Fn(u64) -> u8) -> Vec<u8> {
         (0..len)
@@ -114,7 +113,7 @@ fn expected(line: &[u8]) -> String {
 #[test]
 fn random_byte_lines_get_one_reply_each_and_the_daemon_keeps_serving() {
     let d = Daemon::start(CONFIG);
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng(SmallRng::seed_from_u64(0x9E37_79B9_7F4A_7C15));
     let mut lines: Vec<Vec<u8>> = Vec::new();
     while lines.len() < 5000 {
         let i = lines.len();

@@ -25,10 +25,10 @@ impl Params {
     /// A queue of `capacity` units draining at `leak_rate` units/s, shared by `hosts`
     /// hosts (each gets `capacity ÷ hosts` and `leak_rate ÷ hosts`).
     pub fn shared(capacity: u64, leak_rate: f64, hosts: u32) -> Self {
-        let hosts = f64::from(hosts.max(1));
+        let (capacity, leak_rate) = super::bucket_share(capacity, leak_rate, hosts);
         Params {
-            capacity: (capacity as f64 * MICRO / hosts).floor(),
-            leak_rate: leak_rate / hosts,
+            capacity,
+            leak_rate,
         }
     }
 }

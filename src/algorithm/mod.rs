@@ -42,6 +42,13 @@ pub struct Outcome {
     pub wait_ms: u64,
 }
 
+/// One host's share of a bucket: `capacity` units in µ-units and `rate` units/s, each
+/// divided by `hosts` (capacity floored to whole µ-units: never above the share).
+pub fn bucket_share(capacity: u64, rate: f64, hosts: u32) -> (f64, f64) {
+    let hosts = f64::from(hosts.max(1));
+    ((capacity as f64 * MICRO / hosts).floor(), rate / hosts)
+}
+
 /// `limit` and `window` of the three window algorithms.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WindowParams {

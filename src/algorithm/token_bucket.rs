@@ -25,10 +25,10 @@ impl Params {
     /// Parameters for `capacity` tokens refilled at `refill_rate` tokens/s, shared by
     /// `hosts` hosts (each gets `capacity ÷ hosts` and `refill_rate ÷ hosts`).
     pub fn shared(capacity: u64, refill_rate: f64, hosts: u32) -> Self {
-        let hosts = f64::from(hosts.max(1));
+        let (capacity, refill_rate) = super::bucket_share(capacity, refill_rate, hosts);
         Params {
-            capacity: (capacity as f64 * MICRO / hosts).floor(),
-            refill_rate: refill_rate / hosts,
+            capacity,
+            refill_rate,
         }
     }
 }
