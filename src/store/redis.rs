@@ -3,7 +3,8 @@
 //!
 //! * Scripts are loaded on every primary (`SCRIPT LOAD` via fred's
 //!   `script_load_cluster`) at start and by every probe, and re-loaded on `NOSCRIPT`
-//!   (after a restart, a failover or `SCRIPT FLUSH`) before one retry.
+//!   (after a restart, a failover or `SCRIPT FLUSH`) before one retry, by one caller
+//!   for all the decisions in flight.
 //! * Keys are `<prefix>:{<rule>:<key>}`: the hash tag puts all of a bucket in one slot.
 //! * fred pipelines concurrent commands on its connections by itself; callers simply
 //!   run decisions concurrently.
@@ -18,6 +19,7 @@ use crate::config::{parse_node, RedisConfig, RedisMode};
 use fred::prelude::*;
 use fred::types::config::UnresponsiveConfig;
 use fred::types::scripts::Script;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -91,6 +93,9 @@ pub struct RedisStore {
     /// The per-decision bound (`redis.timeout_ms`).
     timeout: Duration,
     probe_timeout: Duration,
+    /// Script reloads after `NOSCRIPT` so far, and the lock that makes one caller do it.
+    reloads: AtomicU64,
+    reload_lock: tokio::sync::Mutex<()>,
 }
 
 impl RedisStore {
@@ -160,6 +165,8 @@ impl RedisStore {
             clustered: cfg.mode == RedisMode::Cluster,
             timeout,
             probe_timeout,
+            reloads: AtomicU64::new(0),
+            reload_lock: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -194,11 +201,34 @@ impl RedisStore {
     /// Whatever Redis or the connection reports (down, OOM, cluster down, ...), or a
     /// malformed script reply.
     pub async fn decide(&self, tag: &str, params: &Params, cost: u32) -> Result<Outcome, Error> {
-        // Integers go as fred integers (sent as bulk strings, formatted with itoa), rates
-        // as doubles (shortest round-trip form, which Lua's tonumber reads back exactly).
+        let key = Key::from(self.key(tag));
+        let mut generation = self.reloads.load(Ordering::Acquire);
+        let mut reloads = 0;
+        loop {
+            let (script, args) = self.call(params, cost);
+            let reply: Result<Vec<i64>, Error> =
+                script.evalsha(&self.client, key.clone(), args).await;
+            match reply {
+                // Flushed, restarted or failed over: one caller reloads for all. At most
+                // twice: a flush may reach the primaries one after the other, so a
+                // decision can meet NOSCRIPT again right after someone else's reload.
+                Err(e) if reloads < 2 && e.details().starts_with("NOSCRIPT") => {
+                    self.reload_scripts(generation).await?;
+                    generation = self.reloads.load(Ordering::Acquire);
+                    reloads += 1;
+                }
+                reply => return outcome(&reply?),
+            }
+        }
+    }
+
+    /// The script of `params`' algorithm and its arguments for `cost`. Integers go as
+    /// fred integers (sent as bulk strings, formatted with itoa), rates as doubles
+    /// (shortest round-trip form, which Lua's tonumber reads back exactly).
+    fn call(&self, params: &Params, cost: u32) -> (&Script, Vec<Value>) {
         let micro = Value::Integer(i64::from(cost) * MICRO as i64);
         let s = &self.scripts;
-        let (script, args) = match params {
+        match params {
             Params::TokenBucket(p) => (
                 &s.token_bucket,
                 vec![whole(p.capacity), Value::Double(p.refill_rate), micro],
@@ -210,11 +240,20 @@ impl RedisStore {
             Params::FixedWindow(w) => (&s.fixed_window, window_args(w, cost)),
             Params::SlidingWindowLog(w) => (&s.sliding_window_log, window_args(w, cost)),
             Params::SlidingWindowCounter(w) => (&s.sliding_window_counter, window_args(w, cost)),
-        };
-        let reply: Vec<i64> = script
-            .evalsha_with_reload(&self.client, self.key(tag), args)
-            .await?;
-        outcome(&reply)
+        }
+    }
+
+    /// Loads the scripts again after a `NOSCRIPT`, unless another decision already did
+    /// since `seen` (the reload generation it read before its EVALSHA): after a `SCRIPT
+    /// FLUSH` the decisions in flight wait for one reload instead of each loading every
+    /// script on every primary.
+    async fn reload_scripts(&self, seen: u64) -> Result<(), Error> {
+        let _one_at_a_time = self.reload_lock.lock().await;
+        if self.reloads.load(Ordering::Acquire) == seen {
+            self.load_scripts().await?;
+            self.reloads.fetch_add(1, Ordering::Release);
+        }
+        Ok(())
     }
 
     /// Loads every script on every primary.
