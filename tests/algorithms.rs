@@ -172,7 +172,7 @@ fn five_algorithms_in_cluster() {
         assert!(c
             .request(&format!("CHECK {rule} tagged"))
             .starts_with("ALLOW"));
-        let key = format!("rl:{{{rule}:tagged}}");
+        let key = format!("rl:{{{rule}:tagged}}:{rule}");
         let keys = cluster.all_keys();
         assert!(keys.contains(&key), "{key} not in {keys:?}");
         assert_eq!(
@@ -194,7 +194,7 @@ fn five_algorithms_in_cluster() {
     let admitted = replies.iter().filter(|r| r.starts_with("ALLOW")).count();
     assert_eq!(admitted, 5, "{replies:?}");
     let members: u64 = cluster
-        .cli(addr, &["-c", "ZCARD", "rl:{swl:flood}"])
+        .cli(addr, &["-c", "ZCARD", "rl:{swl:flood}:swl"])
         .parse()
         .unwrap();
     assert!((1..=5).contains(&members), "ZCARD {members}");
@@ -235,7 +235,7 @@ fn redis_memory_per_key() {
         let key = "user:4242";
         c.request(&format!("CHECK {rule} {key}"));
         let bytes: u64 = redis
-            .cli(&["MEMORY", "USAGE", &format!("rl:{{{rule}:{key}}}")])
+            .cli(&["MEMORY", "USAGE", &format!("rl:{{{rule}:{key}}}:{rule}")])
             .parse()
             .unwrap();
         report.push(format!("{rule}: {bytes} B"));
@@ -249,7 +249,7 @@ fn redis_memory_per_key() {
             c.pipeline(chunk);
             sleep(Duration::from_millis(1));
         }
-        let full = format!("rl:{{swl_big:{key}}}");
+        let full = format!("rl:{{swl_big:{key}}}:swl");
         let members: usize = redis.cli(&["ZCARD", &full]).parse().unwrap();
         let bytes: u64 = redis.cli(&["MEMORY", "USAGE", &full]).parse().unwrap();
         report.push(format!(
@@ -258,4 +258,49 @@ fn redis_memory_per_key() {
         assert!(members <= n && bytes <= 160 * n as u64 + 200, "{report:?}");
     }
     eprintln!("MEMORY USAGE per key: {}", report.join("; "));
+}
+
+/// A reload that changes a rule's algorithm starts its keys afresh in Redis (each
+/// algorithm has its own key suffix), instead of misreading the old state or failing
+/// with `WRONGTYPE` (a sorted set where a hash was).
+#[test]
+fn changing_a_rules_algorithm_by_reload_starts_afresh_in_redis() {
+    let redis = RedisStandalone::start();
+    let rule = |body: &str| {
+        format!(
+            "[redis]\nmode = \"standalone\"\nnodes = [\"{}\"]\ntimeout_ms = 25\n[cache]\nttl_ms = 0\n[[rule]]\nname = \"r\"\n{body}",
+            redis.addr()
+        )
+    };
+    let d = Daemon::start(&rule(
+        "algorithm = \"token_bucket\"\ncapacity = 2\nrefill_rate = 0.001",
+    ));
+    let mut c = d.connect();
+    for _ in 0..2 {
+        assert!(c.request("CHECK r k").starts_with("ALLOW"));
+    }
+    assert!(c.request("CHECK r k").starts_with("DENY"));
+    d.write_config(&rule(
+        "algorithm = \"sliding_window_log\"\nlimit = 3\nwindow = \"1m\"",
+    ));
+    d.signal(libc::SIGHUP);
+    assert!(wait_until(Duration::from_secs(5), || {
+        parse_reply(&c.request("CHECK r k 0")).limit == 3
+    }));
+    for i in 0..3 {
+        let r = parse_reply(&c.request("CHECK r k"));
+        assert_eq!(
+            (r.verdict.as_str(), r.source.as_str()),
+            ("ALLOW", "redis"),
+            "{i}: {r:?}"
+        );
+    }
+    let r = parse_reply(&c.request("CHECK r k"));
+    assert_eq!(
+        (r.verdict.as_str(), r.source.as_str()),
+        ("DENY", "redis"),
+        "{r:?}"
+    );
+    assert_eq!(redis.cli(&["TYPE", "rl:{r:k}:swl"]), "zset");
+    assert_eq!(redis.cli(&["TYPE", "rl:{r:k}:tb"]), "hash");
 }

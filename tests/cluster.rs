@@ -113,18 +113,21 @@ fn burst_wait_cache_and_hash_tag_in_cluster() {
     // Keys carry the {rule:key} hash tag, and live in that tag's slot.
     let keys = cluster.all_keys();
     assert!(
-        keys.contains(&"rl:{rides_request:user:42}".to_string()),
+        keys.contains(&"rl:{rides_request:user:42}:tb".to_string()),
         "{keys:?}"
     );
-    assert!(keys.contains(&"rl:{slow:k}".to_string()), "{keys:?}");
+    assert!(keys.contains(&"rl:{slow:k}:tb".to_string()), "{keys:?}");
     let addr = &cluster.primary_addrs()[0];
     assert_eq!(
-        cluster.cli(addr, &["CLUSTER", "KEYSLOT", "rl:{rides_request:user:42}"]),
+        cluster.cli(
+            addr,
+            &["CLUSTER", "KEYSLOT", "rl:{rides_request:user:42}:tb"]
+        ),
         cluster.cli(addr, &["CLUSTER", "KEYSLOT", "rides_request:user:42"])
     );
     // The bucket expires by itself once it would be full again.
     let ttl: i64 = cluster
-        .cli(addr, &["-c", "PTTL", "rl:{slow:k}"])
+        .cli(addr, &["-c", "PTTL", "rl:{slow:k}:tb"])
         .parse()
         .unwrap_or(-3);
     assert!(ttl > 0 && ttl <= 3_600, "PTTL {ttl}");
@@ -226,7 +229,7 @@ fn script_flush_and_standalone_mode() {
         );
     }
     assert!(c.request("CHECK slow s").starts_with("DENY 5 0 "));
-    assert_eq!(redis.cli(&["EXISTS", "rl:{slow:s}"]), "1");
+    assert_eq!(redis.cli(&["EXISTS", "rl:{slow:s}:tb"]), "1");
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -345,7 +348,7 @@ fn per_key_errors_and_braces_do_not_disturb_other_keys() {
     let d = Daemon::start(&standalone_config(&redis));
     let mut c = d.connect();
     // Someone else's string sits where a bucket would be: WRONGTYPE for that key only.
-    assert_eq!(redis.cli(&["SET", "rl:{big:foreign}", "x"]), "OK");
+    assert_eq!(redis.cli(&["SET", "rl:{big:foreign}:tb", "x"]), "OK");
     let r = parse_reply(&c.request("CHECK big foreign"));
     assert_eq!(
         (r.verdict.as_str(), r.source.as_str()),
@@ -357,7 +360,7 @@ fn per_key_errors_and_braces_do_not_disturb_other_keys() {
     assert!(!d.log().contains("circuit open"), "{}", d.log());
     // A `}` in a key must not end the hash tag early.
     assert!(c.request("CHECK big a}b").ends_with(" redis"));
-    assert_eq!(redis.cli(&["EXISTS", "rl:{big:a b}"]), "1");
+    assert_eq!(redis.cli(&["EXISTS", "rl:{big:a b}:tb"]), "1");
 }
 
 #[test]

@@ -5,7 +5,8 @@
 //!   `script_load_cluster`) at start and by every probe, and re-loaded on `NOSCRIPT`
 //!   (after a restart, a failover or `SCRIPT FLUSH`) before one retry, by one caller
 //!   for all the decisions in flight.
-//! * Keys are `<prefix>:{<rule>:<key>}`: the hash tag puts all of a bucket in one slot.
+//! * Keys are `<prefix>:{<rule>:<key>}:<algorithm>`: the hash tag puts all of a bucket
+//!   in one slot.
 //! * fred pipelines concurrent commands on its connections by itself; callers simply
 //!   run decisions concurrently.
 //! * Time bounds: fred ignores per-command options on EVALSHA (fred issue #353), so the
@@ -176,13 +177,25 @@ impl RedisStore {
         drop(self.client.connect());
     }
 
-    /// The Redis key of a bucket: `<prefix>:{<tag>}` where `tag` is `"<rule>:<key>"`.
+    /// The Redis key of `tag` (`"<rule>:<key>"`) under `params`' algorithm:
+    /// `<prefix>:{<tag>}:<algorithm>` (`tb`, `lb`, `fw`, `swl`, `swc`). The hash tag puts
+    /// the key in `tag`'s slot; the suffix (CONTRACT §5 allows suffixes) keeps a rule
+    /// whose algorithm a reload changed from reading the other algorithm's state (a hash
+    /// where a sorted set is expected would fail with `WRONGTYPE`; another hash layout
+    /// would be misread): it starts afresh, as the local twins do.
     ///
     /// A `}` inside the key would end the hash tag early (Redis hashes the text between
     /// the first `{` and the next `}`), so it is written as a space, a byte protocol keys
     /// never contain: the mapping stays one-to-one and the whole tag is hashed.
-    pub fn key(&self, tag: &str) -> String {
-        let mut key = String::with_capacity(self.prefix.len() + tag.len() + 3);
+    pub fn key(&self, tag: &str, params: &Params) -> String {
+        let suffix = match params {
+            Params::TokenBucket(_) => "tb",
+            Params::LeakyBucket(_) => "lb",
+            Params::FixedWindow(_) => "fw",
+            Params::SlidingWindowLog(_) => "swl",
+            Params::SlidingWindowCounter(_) => "swc",
+        };
+        let mut key = String::with_capacity(self.prefix.len() + tag.len() + 4 + suffix.len());
         key.push_str(&self.prefix);
         key.push_str(":{");
         if tag.contains('}') {
@@ -190,7 +203,8 @@ impl RedisStore {
         } else {
             key.push_str(tag);
         }
-        key.push('}');
+        key.push_str("}:");
+        key.push_str(suffix);
         key
     }
 
@@ -201,7 +215,7 @@ impl RedisStore {
     /// Whatever Redis or the connection reports (down, OOM, cluster down, ...), or a
     /// malformed script reply.
     pub async fn decide(&self, tag: &str, params: &Params, cost: u32) -> Result<Outcome, Error> {
-        let key = Key::from(self.key(tag));
+        let key = Key::from(self.key(tag, params));
         let mut generation = self.reloads.load(Ordering::Acquire);
         let mut reloads = 0;
         loop {
