@@ -8,6 +8,7 @@
 
 use crate::protocol::{Decision, Source};
 use moka::sync::Cache;
+use std::time::Duration;
 
 /// The caches' hasher: foldhash (seeded per process), several times cheaper than
 /// SipHash on short keys.
@@ -32,7 +33,6 @@ impl TagKey {
         (u128::from(self.high.hash_one(tag)) << 64) | u128::from(self.low.hash_one(tag))
     }
 }
-use std::time::Duration;
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -45,10 +45,9 @@ struct Entry {
 }
 
 /// Bounded map from `"<rule>:<key>"` to the last DENY Redis returned for it.
-#[derive(Clone)]
 pub struct DenyCache {
     entries: Option<Cache<u128, Entry, Hasher>>,
-    keys: std::sync::Arc<TagKey>,
+    keys: TagKey,
     ttl: Duration,
 }
 

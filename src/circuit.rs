@@ -24,9 +24,6 @@ pub struct Circuit {
 impl Circuit {
     /// A circuit in the given state (`open = true` until Redis has been seen working).
     pub fn new(open: bool) -> Self {
-        if open {
-            crate::metrics::circuit(true);
-        }
         Circuit {
             open: AtomicBool::new(open),
             tripped: Notify::new(),

@@ -191,7 +191,7 @@ impl Limiter {
             ));
         }
         // "<rule>:<key>" built on the stack: cache hits and local decisions allocate
-        // nothing for it; only a Redis call or a new local key copies it.
+        // nothing for it; only a Redis call copies it.
         let mut buf = [0u8; TAG_MAX];
         let Some(tag) = tag_in(&mut buf, &rule.name, key) else {
             return error(ProtoError::new(ErrorCode::Key, "key too long"));
@@ -232,7 +232,15 @@ impl Limiter {
                         wait_ms: o.wait_ms,
                         source: Source::Redis,
                     };
-                    this.cache.remember(&tag, cost, &d, asked_us);
+                    // Not if a reload replaced the rule meanwhile: the reload cleared
+                    // the cache, and this DENY was computed with the old limits.
+                    let current = this.rules.load();
+                    if current
+                        .get(&rule.name)
+                        .is_some_and(|e| Arc::ptr_eq(e, &entry))
+                    {
+                        this.cache.remember(&tag, cost, &d, asked_us);
+                    }
                     d
                 }
                 Ok(Err(e)) if is_unavailable(&e) => {

@@ -2,7 +2,7 @@
 
 use clap::Parser;
 use ratelimitd::circuit::Circuit;
-use ratelimitd::config::{Config, FallbackConfig, RedisMode};
+use ratelimitd::config::{Config, FallbackConfig, OnRedisFailure, RedisMode};
 use ratelimitd::limiter::Limiter;
 use ratelimitd::server::{self, ConnectionLimits};
 use ratelimitd::store::redis::RedisStore;
@@ -98,7 +98,10 @@ async fn run(config_path: PathBuf, config: Config) -> Result<(), String> {
         tracing::info!(%listen, "serving Prometheus metrics");
     }
     for rule in config.rules.values() {
-        if config.redis.mode != RedisMode::None && !rule.fallback_params.can_ever_pass(1) {
+        if config.redis.mode != RedisMode::None
+            && rule.on_redis_failure == OnRedisFailure::Local
+            && !rule.fallback_params.can_ever_pass(1)
+        {
             tracing::warn!(
                 rule = %rule.name,
                 limit = rule.limit(),
@@ -209,6 +212,9 @@ async fn start_redis(config: &Config) -> Result<(Option<Arc<RedisStore>>, Arc<Ci
     }
     let nodes = config.redis.nodes.get_ref().join(",");
     let circuit = Arc::new(Circuit::new(result.is_err()));
+    if result.is_err() {
+        ratelimitd::metrics::circuit(true);
+    }
     match result {
         Ok(()) => {
             tracing::info!(mode = ?config.redis.mode, %nodes, "connected to Redis; scripts loaded on every primary")
@@ -289,6 +295,20 @@ fn reload(path: &Path, current: Config, limiter: &Limiter) -> (Config, Option<St
             "server.max_line_bytes",
         ),
         (n.max_in_flight != s.max_in_flight, "server.max_in_flight"),
+        (n.allow_uids != s.allow_uids, "server.allow_uids"),
+        (n.allow_gids != s.allow_gids, "server.allow_gids"),
+        (
+            n.max_connections != s.max_connections,
+            "server.max_connections",
+        ),
+        (
+            n.idle_timeout_ms != s.idle_timeout_ms,
+            "server.idle_timeout_ms",
+        ),
+        (
+            n.worker_threads != s.worker_threads,
+            "server.worker_threads",
+        ),
         (m.mode != r.mode, "redis.mode"),
         (m.nodes.get_ref() != r.nodes.get_ref(), "redis.nodes"),
         (m.timeout_ms != r.timeout_ms, "redis.timeout_ms"),

@@ -2,9 +2,10 @@
 //! the `metrics` facade and `metrics-exporter-prometheus`.
 //!
 //! Without `[metrics]` no recorder is installed and every handle is a no-op. With it,
-//! hot-path series are registered once (per rule at load and reload) and updated
+//! the per-decision series are registered once (per rule at load and reload) and updated
 //! through their handles: an atomic add per decision, no label building or registry
-//! lookup per request. `docs/METRICS.md` documents each series.
+//! lookup. Rarer events (error replies, Redis errors, transitions) look their series up
+//! by label when they happen. `docs/METRICS.md` documents each series.
 
 use crate::protocol::{Decision, ErrorCode, Source};
 use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};

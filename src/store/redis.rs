@@ -357,13 +357,28 @@ impl RedisStore {
 pub fn is_unavailable(error: &Error) -> bool {
     match error.kind() {
         ErrorKind::InvalidArgument | ErrorKind::Parse => false,
-        ErrorKind::Unknown => !error.details().starts_with("ERR"),
+        ErrorKind::Unknown => {
+            // Redis 5 and 6 wrap an error raised inside a script as `ERR Error running
+            // script … -OOM …`: look inside for the ones that mean Redis cannot decide.
+            let details = error.details();
+            !details.starts_with("ERR")
+                || [
+                    "-OOM",
+                    "-READONLY",
+                    "-LOADING",
+                    "-MASTERDOWN",
+                    "-CLUSTERDOWN",
+                    "-BUSY",
+                ]
+                .iter()
+                .any(|p| details.contains(p))
+        }
         _ => true,
     }
 }
 
-/// A short label for the kind of `error`, for metrics (`io`, `timeout`, `cluster`,
-/// `oom`, `busy`, `noscript`, `loading`, `readonly`, `redis`, …).
+/// A short label for the kind of an error that opens the circuit, for metrics (`io`,
+/// `timeout`, `cluster`, `oom`, `busy`, `noscript`, `loading`, `readonly`, `redis`, …).
 pub fn error_kind(error: &Error) -> &'static str {
     let details = error.details();
     match error.kind() {
@@ -373,13 +388,11 @@ pub fn error_kind(error: &Error) -> &'static str {
         ErrorKind::Canceled => "canceled",
         ErrorKind::Backpressure => "backpressure",
         ErrorKind::Routing => "routing",
-        ErrorKind::Parse | ErrorKind::InvalidArgument => "reply",
-        _ if details.starts_with("OOM") => "oom",
+        _ if details.starts_with("OOM") || details.contains("-OOM") => "oom",
         _ if details.starts_with("BUSY") => "busy",
         _ if details.starts_with("NOSCRIPT") => "noscript",
         _ if details.starts_with("LOADING") => "loading",
         _ if details.starts_with("READONLY") => "readonly",
-        _ if details.starts_with("CLUSTERDOWN") => "clusterdown",
         _ => "redis",
     }
 }
