@@ -8,7 +8,7 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use ratelimitd::algorithm::{
     leaky_bucket, token_bucket, wall_clock_us, Params, State, WindowParams,
 };
-use ratelimitd::cache::DenyCache;
+use ratelimitd::cache::{DenyCache, TagKey};
 use ratelimitd::fallback::LocalBuckets;
 use ratelimitd::protocol::{parse, Decision, LineDecoder, Reply, Source};
 use tokio_util::codec::Decoder;
@@ -87,9 +87,18 @@ fn algorithms(c: &mut Criterion) {
 
 fn caches(c: &mut Criterion) {
     let params = Params::TokenBucket(token_bucket::Params::shared(100, 50.0, 1));
+    let keys = TagKey::default();
     let local = LocalBuckets::new(1_000_000);
     c.bench_function("local buckets: hot key", |b| {
-        b.iter(|| local.decide(black_box("api:hot"), 100, &params, 1, wall_clock_us()))
+        b.iter(|| {
+            local.decide(
+                keys.of(black_box("api:hot")),
+                100,
+                &params,
+                1,
+                wall_clock_us(),
+            )
+        })
     });
     let mut n = 0u64;
     let mut key = String::new();
@@ -99,7 +108,7 @@ fn caches(c: &mut Criterion) {
             key.clear();
             key.push_str("api:user:");
             key.push_str(itoa::Buffer::new().format(n));
-            local.decide(&key, 100, &params, 1, wall_clock_us())
+            local.decide(keys.of(&key), 100, &params, 1, wall_clock_us())
         })
     });
     let cache = DenyCache::new(500, 100_000);
@@ -111,12 +120,12 @@ fn caches(c: &mut Criterion) {
         wait_ms: 100_000,
         source: Source::Redis,
     };
-    cache.remember("hot:k", 1, &deny, wall_clock_us());
+    cache.remember(keys.of("hot:k"), 1, &deny, wall_clock_us());
     c.bench_function("deny cache: hit", |b| {
-        b.iter(|| cache.lookup(black_box("hot:k"), 1, wall_clock_us()))
+        b.iter(|| cache.lookup(keys.of(black_box("hot:k")), 1, wall_clock_us()))
     });
     c.bench_function("deny cache: miss", |b| {
-        b.iter(|| cache.lookup(black_box("cold:k"), 1, wall_clock_us()))
+        b.iter(|| cache.lookup(keys.of(black_box("cold:k")), 1, wall_clock_us()))
     });
 }
 

@@ -44,10 +44,9 @@ struct Entry {
     ttl_us: f64,
 }
 
-/// Bounded map from `"<rule>:<key>"` to the last DENY Redis returned for it.
+/// Bounded map from `"<rule>:<key>"` (as its [`TagKey`]) to the last DENY Redis returned for it.
 pub struct DenyCache {
     entries: Option<Cache<u128, Entry, Hasher>>,
-    keys: TagKey,
     ttl: Duration,
 }
 
@@ -62,24 +61,20 @@ impl DenyCache {
                 .time_to_live(ttl)
                 .build_with_hasher(Hasher::default())
         });
-        DenyCache {
-            entries,
-            keys: Default::default(),
-            ttl,
-        }
+        DenyCache { entries, ttl }
     }
 
     /// Remembers `decision` (a DENY from Redis for `cost` units, asked at `asked_us`,
     /// wall clock µs) under `tag` for `min(ttl, wait_ms)` from then, so it never outlives
     /// Redis's own `wait_ms`. ALLOWs and zero-wait decisions are ignored.
-    pub fn remember(&self, tag: &str, cost: u32, decision: &Decision, asked_us: f64) {
+    pub fn remember(&self, key: u128, cost: u32, decision: &Decision, asked_us: f64) {
         let Some(entries) = &self.entries else { return };
         if decision.allowed || decision.wait_ms == 0 {
             return;
         }
         let ttl = self.ttl.min(Duration::from_millis(decision.wait_ms));
         entries.insert(
-            self.keys.of(tag),
+            key,
             Entry {
                 decision: *decision,
                 cost,
@@ -89,13 +84,13 @@ impl DenyCache {
         );
     }
 
-    /// The cached DENY for `tag` and `cost` at `now_us` (wall clock µs), if one is
+    /// The cached DENY for `key` ([`TagKey::of`] of the tag) and `cost` at `now_us` (wall clock µs), if one is
     /// fresh, with `reset_ms` and `wait_ms` reduced by the whole ms since Redis was
     /// asked and `source = cache`. The wall clock is the one local decisions read (once
     /// per batch); a clock stepping back counts as no time passed, and moka's own
     /// monotonic time-to-live (`cache.ttl_ms`) bounds an entry's life whatever the clock.
-    pub fn lookup(&self, tag: &str, cost: u32, now_us: f64) -> Option<Decision> {
-        let entry = self.entries.as_ref()?.get(&self.keys.of(tag))?;
+    pub fn lookup(&self, key: u128, cost: u32, now_us: f64) -> Option<Decision> {
+        let entry = self.entries.as_ref()?.get(&key)?;
         let elapsed = (now_us - entry.at_us).max(0.0);
         if entry.cost != cost || elapsed >= entry.ttl_us {
             return None;
@@ -138,6 +133,12 @@ mod tests {
 
     const T0: f64 = 1_700_000_000_000_000.0;
 
+    /// The key of `tag`, with one hasher for the whole test module.
+    fn k(tag: &str) -> u128 {
+        static KEYS: std::sync::OnceLock<TagKey> = std::sync::OnceLock::new();
+        KEYS.get_or_init(TagKey::default).of(tag)
+    }
+
     fn deny(wait_ms: u64) -> Decision {
         Decision {
             allowed: false,
@@ -152,21 +153,21 @@ mod tests {
     #[test]
     fn remembers_denies_of_the_same_cost_only() {
         let c = DenyCache::new(500, 100);
-        c.remember("r:k", 2, &deny(300), T0);
-        let hit = c.lookup("r:k", 2, T0 + 100_000.0).unwrap();
+        c.remember(k("r:k"), 2, &deny(300), T0);
+        let hit = c.lookup(k("r:k"), 2, T0 + 100_000.0).unwrap();
         assert_eq!(hit.source, Source::Cache);
         assert_eq!((hit.allowed, hit.wait_ms, hit.reset_ms), (false, 200, 900));
-        assert!(c.lookup("r:k", 1, T0).is_none());
-        assert!(c.lookup("r:other", 2, T0).is_none());
+        assert!(c.lookup(k("r:k"), 1, T0).is_none());
+        assert!(c.lookup(k("r:other"), 2, T0).is_none());
         // A clock stepping back: no time passed.
-        assert_eq!(c.lookup("r:k", 2, T0 - 5e6).unwrap().wait_ms, 300);
+        assert_eq!(c.lookup(k("r:k"), 2, T0 - 5e6).unwrap().wait_ms, 300);
     }
 
     #[test]
     fn never_caches_allow_and_expires_with_wait() {
         let c = DenyCache::new(500, 100);
         c.remember(
-            "r:a",
+            k("r:a"),
             1,
             &Decision {
                 allowed: true,
@@ -174,11 +175,11 @@ mod tests {
             },
             T0,
         );
-        assert!(c.lookup("r:a", 1, T0).is_none());
-        c.remember("r:b", 1, &deny(20), T0);
-        assert!(c.lookup("r:b", 1, T0 + 19_999.0).is_some());
+        assert!(c.lookup(k("r:a"), 1, T0).is_none());
+        c.remember(k("r:b"), 1, &deny(20), T0);
+        assert!(c.lookup(k("r:b"), 1, T0 + 19_999.0).is_some());
         assert!(
-            c.lookup("r:b", 1, T0 + 20_000.0).is_none(),
+            c.lookup(k("r:b"), 1, T0 + 20_000.0).is_none(),
             "kept past wait_ms"
         );
     }
@@ -186,7 +187,7 @@ mod tests {
     #[test]
     fn ttl_zero_disables() {
         let c = DenyCache::new(0, 100);
-        c.remember("r:k", 1, &deny(300), T0);
-        assert!(c.lookup("r:k", 1, T0).is_none());
+        c.remember(k("r:k"), 1, &deny(300), T0);
+        assert!(c.lookup(k("r:k"), 1, T0).is_none());
     }
 }

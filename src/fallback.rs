@@ -9,7 +9,7 @@
 //! * `deny`: DENY (source `fail_closed`).
 
 use crate::algorithm::{Params, State};
-use crate::cache::{Hasher, TagKey};
+use crate::cache::Hasher;
 use crate::config::{OnRedisFailure, Rule};
 use crate::protocol::{Decision, Source};
 use moka::sync::Cache;
@@ -22,7 +22,6 @@ pub const FAIL_CLOSED_RETRY_MS: u64 = 1000;
 /// algorithm), keyed by `"<rule>:<key>"`, bounded in number.
 pub struct LocalBuckets {
     buckets: Cache<u128, Arc<Mutex<Option<State>>>, Hasher>,
-    keys: TagKey,
 }
 
 impl LocalBuckets {
@@ -33,23 +32,22 @@ impl LocalBuckets {
             buckets: Cache::builder()
                 .max_capacity(max_keys)
                 .build_with_hasher(Hasher::default()),
-            keys: TagKey::default(),
         }
     }
 
-    /// Decides `cost` units for `tag` at `now_us`, the host's wall clock (µs since the
+    /// Decides `cost` units for `key` (the [`crate::cache::TagKey`] of `"<rule>:<key>"`)
+    /// at `now_us`, the host's wall clock (µs since the
     /// epoch, so windows align as in Redis; a clock stepping back counts as standing
     /// still). `limit` is the rule's capacity/limit, reported as is (CONTRACT §1), even
     /// when `params` is a share of it.
     pub fn decide(
         &self,
-        tag: &str,
+        key: u128,
         limit: u64,
         params: &Params,
         cost: u32,
         now_us: f64,
     ) -> Decision {
-        let key = self.keys.of(tag);
         let bucket = match self.buckets.get(&key) {
             Some(b) => b,
             None => self.buckets.get_with(key, || Arc::new(Mutex::new(None))),
@@ -91,13 +89,13 @@ impl LocalBuckets {
 pub fn decide_without_redis(
     local: &LocalBuckets,
     rule: &Rule,
-    tag: &str,
+    key: u128,
     cost: u32,
     now_us: f64,
 ) -> Decision {
     let limit = rule.limit();
     match rule.on_redis_failure {
-        OnRedisFailure::Local => local.decide(tag, limit, &rule.fallback_params, cost, now_us),
+        OnRedisFailure::Local => local.decide(key, limit, &rule.fallback_params, cost, now_us),
         OnRedisFailure::Allow => Decision {
             allowed: true,
             limit,
@@ -139,10 +137,10 @@ mod tests {
         let local = LocalBuckets::new(100);
         let r = rule(OnRedisFailure::Local, 4);
         let allowed = (0..20)
-            .filter(|_| decide_without_redis(&local, &r, "r:k", 1, 0.0).allowed)
+            .filter(|_| decide_without_redis(&local, &r, 7, 1, 0.0).allowed)
             .count();
         assert_eq!(allowed, 5);
-        let d = decide_without_redis(&local, &r, "r:k", 1, 0.0);
+        let d = decide_without_redis(&local, &r, 7, 1, 0.0);
         assert_eq!((d.limit, d.source), (20, Source::Local));
     }
 
@@ -158,7 +156,7 @@ mod tests {
             OnRedisFailure::Local,
             4,
         );
-        let d = decide_without_redis(&local, &r, "q:k", 1, 1.7e15);
+        let d = decide_without_redis(&local, &r, 8, 1, 1.7e15);
         assert!(!d.allowed);
         assert_eq!(d.wait_ms, FAIL_CLOSED_RETRY_MS);
     }
@@ -166,9 +164,9 @@ mod tests {
     #[test]
     fn fail_open_and_fail_closed() {
         let local = LocalBuckets::new(100);
-        let d = decide_without_redis(&local, &rule(OnRedisFailure::Allow, 1), "r:k", 3, 0.0);
+        let d = decide_without_redis(&local, &rule(OnRedisFailure::Allow, 1), 7, 3, 0.0);
         assert!(d.allowed && d.source == Source::FailOpen && d.remaining == 17);
-        let d = decide_without_redis(&local, &rule(OnRedisFailure::Deny, 1), "r:k", 3, 0.0);
+        let d = decide_without_redis(&local, &rule(OnRedisFailure::Deny, 1), 7, 3, 0.0);
         assert!(!d.allowed && d.source == Source::FailClosed && d.wait_ms > 0);
         assert!(local.is_empty());
     }

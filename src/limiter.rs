@@ -11,7 +11,7 @@
 //! ```
 
 use crate::algorithm::{wall_clock_us, BatchClock};
-use crate::cache::DenyCache;
+use crate::cache::{DenyCache, TagKey};
 use crate::circuit::Circuit;
 use crate::config::{Config, Rule};
 use crate::fallback::{decide_without_redis, LocalBuckets};
@@ -19,6 +19,7 @@ use crate::metrics::{self, DecisionCounters, RedisCalls};
 use crate::protocol::{self, Decision, ErrorCode, ProtoError, Reply, Request, Source};
 use crate::store::redis::{error_kind, is_unavailable, RedisStore};
 use arc_swap::ArcSwap;
+use fred::types::Key;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -62,6 +63,8 @@ pub struct Limiter {
     /// When a per-key Redis error was last logged: s since `epoch`, plus 1 (0 = never).
     last_key_error_log: AtomicU64,
     redis_calls: RedisCalls,
+    /// Turns a tag into the key of the deny cache and the local buckets, once a request.
+    keys: TagKey,
 }
 
 /// Longest `"<rule>:<key>"`: a 64-byte rule name, `:`, a 256-byte key.
@@ -116,6 +119,7 @@ impl Limiter {
             epoch: Instant::now(),
             last_key_error_log: AtomicU64::new(0),
             redis_calls: RedisCalls::default(),
+            keys: TagKey::default(),
         }
     }
 
@@ -190,36 +194,37 @@ impl Limiter {
                 ),
             ));
         }
-        // "<rule>:<key>" built on the stack: cache hits and local decisions allocate
-        // nothing for it; only a Redis call copies it.
+        // "<rule>:<key>" built on the stack and hashed once: cache hits and local
+        // decisions allocate nothing for it; a Redis call builds its Redis key once.
         let mut buf = [0u8; TAG_MAX];
         let Some(tag) = tag_in(&mut buf, &rule.name, key) else {
             return error(ProtoError::new(ErrorCode::Key, "key too long"));
         };
+        let key = self.keys.of(tag);
 
         let Some(redis) = &self.redis else {
             let now = clock.now_us();
             return decided(
                 self.local
-                    .decide(tag, rule.limit(), &rule.params, cost, now),
+                    .decide(key, rule.limit(), &rule.params, cost, now),
             );
         };
-        if let Some(cached) = self.cache.lookup(tag, cost, clock.now_us()) {
+        if let Some(cached) = self.cache.lookup(key, cost, clock.now_us()) {
             return decided(cached);
         }
         if self.circuit.is_open() {
             let now = clock.now_us();
-            return decided(decide_without_redis(&self.local, rule, tag, cost, now));
+            return decided(decide_without_redis(&self.local, rule, key, cost, now));
         }
         let this = Arc::clone(self);
         let redis = Arc::clone(redis);
         let entry = Arc::clone(entry);
-        let tag = tag.to_owned();
+        let redis_key = Key::from(redis.key(tag, &rule.params));
         Pending::Redis(Box::pin(async move {
             let rule = &entry.rule;
             let asked = Instant::now();
             let asked_us = wall_clock_us();
-            let call = redis.decide(&tag, &rule.params, cost);
+            let call = redis.decide(redis_key.clone(), &rule.params, cost);
             let answer = tokio::time::timeout(this.timeout, call).await;
             this.redis_calls.took(asked.elapsed());
             let decision = match answer {
@@ -239,20 +244,20 @@ impl Limiter {
                         .get(&rule.name)
                         .is_some_and(|e| Arc::ptr_eq(e, &entry))
                     {
-                        this.cache.remember(&tag, cost, &d, asked_us);
+                        this.cache.remember(key, cost, &d, asked_us);
                     }
                     d
                 }
                 Ok(Err(e)) if is_unavailable(&e) => {
                     this.redis_calls.failed(error_kind(&e));
                     this.circuit.trip(&e);
-                    decide_without_redis(&this.local, rule, &tag, cost, wall_clock_us())
+                    decide_without_redis(&this.local, rule, key, cost, wall_clock_us())
                 }
                 Ok(Err(e)) => {
                     // This key's problem, not Redis's: decide it locally, keep the circuit.
                     this.redis_calls.failed("key");
-                    this.log_key_error(&tag, &e);
-                    decide_without_redis(&this.local, rule, &tag, cost, wall_clock_us())
+                    this.log_key_error(redis_key.as_str().unwrap_or("?"), &e);
+                    decide_without_redis(&this.local, rule, key, cost, wall_clock_us())
                 }
                 Err(_) => {
                     this.redis_calls.failed("timeout");
@@ -260,7 +265,7 @@ impl Limiter {
                         "no answer within redis.timeout_ms = {}",
                         this.timeout.as_millis()
                     ));
-                    decide_without_redis(&this.local, rule, &tag, cost, wall_clock_us())
+                    decide_without_redis(&this.local, rule, key, cost, wall_clock_us())
                 }
             };
             entry.counters.record(&decision);
@@ -269,7 +274,7 @@ impl Limiter {
     }
 
     /// Logs a per-key Redis error, at most once per [`KEY_ERROR_LOG_INTERVAL`].
-    fn log_key_error(&self, tag: &str, error: &dyn std::fmt::Display) {
+    fn log_key_error(&self, redis_key: &str, error: &dyn std::fmt::Display) {
         let now = self.epoch.elapsed().as_secs() + 1;
         let last = self.last_key_error_log.load(Ordering::Relaxed);
         if (last == 0 || now >= last + KEY_ERROR_LOG_INTERVAL.as_secs())
@@ -278,7 +283,7 @@ impl Limiter {
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            tracing::warn!(key = tag, %error, "Redis could not decide this key; decided per on_redis_failure (further such errors logged at most every 10 s)");
+            tracing::warn!(key = redis_key, %error, "Redis could not decide this key; decided per on_redis_failure (further such errors logged at most every 10 s)");
         }
     }
 }

@@ -4,7 +4,7 @@
 //! figure is a measurement, in docs/PERFORMANCE.md, not a test.)
 
 use ratelimitd::algorithm::{token_bucket, wall_clock_us, Params};
-use ratelimitd::cache::DenyCache;
+use ratelimitd::cache::{DenyCache, TagKey};
 use ratelimitd::fallback::LocalBuckets;
 use ratelimitd::protocol::{Decision, Source};
 use std::time::{Duration, Instant};
@@ -26,15 +26,22 @@ fn settles_at_most(max: u64, mut len: impl FnMut() -> u64) -> u64 {
 
 #[test]
 fn local_buckets_evict_beyond_max_keys() {
+    let keys = TagKey::default();
     let local = LocalBuckets::new(MAX);
     let params = Params::TokenBucket(token_bucket::Params::shared(10, 1.0, 1));
     for i in 0..KEYS {
-        let d = local.decide(&format!("api:k{i}"), 10, &params, 1, wall_clock_us());
+        let d = local.decide(
+            keys.of(&format!("api:k{i}")),
+            10,
+            &params,
+            1,
+            wall_clock_us(),
+        );
         assert!(d.allowed, "a new key starts full");
     }
     // A read-only touch keeps housekeeping going, as traffic would.
     let n = settles_at_most(MAX + MAX / 10, || {
-        local.decide("api:k0", 10, &params, 0, wall_clock_us());
+        local.decide(keys.of("api:k0"), 10, &params, 0, wall_clock_us());
         local.len()
     });
     assert!(n <= MAX + MAX / 10, "{n} buckets held for max_keys = {MAX}");
@@ -43,6 +50,7 @@ fn local_buckets_evict_beyond_max_keys() {
 
 #[test]
 fn deny_cache_evicts_beyond_max_entries() {
+    let keys = TagKey::default();
     let cache = DenyCache::new(60_000, MAX);
     let deny = Decision {
         allowed: false,
@@ -54,10 +62,10 @@ fn deny_cache_evicts_beyond_max_entries() {
     };
     let now = wall_clock_us();
     for i in 0..KEYS {
-        cache.remember(&format!("api:k{i}"), 1, &deny, now);
+        cache.remember(keys.of(&format!("api:k{i}")), 1, &deny, now);
     }
     let n = settles_at_most(MAX + MAX / 10, || {
-        cache.remember("api:k0", 1, &deny, now);
+        cache.remember(keys.of("api:k0"), 1, &deny, now);
         cache.len()
     });
     assert!(

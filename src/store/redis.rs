@@ -208,14 +208,14 @@ impl RedisStore {
         key
     }
 
-    /// Decides `cost` units for `tag` with the script of `params`' algorithm, on the
-    /// Redis clock. Re-loads the script and retries once on `NOSCRIPT`.
+    /// Decides `cost` units for the Redis key `key` ([`RedisStore::key`] of the tag under
+    /// `params`) with the script of `params`' algorithm, on the Redis clock. Re-loads the
+    /// scripts on `NOSCRIPT` (one caller for all) and retries.
     ///
     /// # Errors
     /// Whatever Redis or the connection reports (down, OOM, cluster down, ...), or a
     /// malformed script reply.
-    pub async fn decide(&self, tag: &str, params: &Params, cost: u32) -> Result<Outcome, Error> {
-        let key = Key::from(self.key(tag, params));
+    pub async fn decide(&self, key: Key, params: &Params, cost: u32) -> Result<Outcome, Error> {
         let mut generation = self.reloads.load(Ordering::Acquire);
         let mut reloads = 0;
         loop {
@@ -288,7 +288,8 @@ impl RedisStore {
         }
         self.load_scripts().await?;
         let params = Params::TokenBucket(token_bucket::Params::shared(1000, 1000.0, 1));
-        let decision = self.decide("__probe__:__probe__", &params, 1);
+        let key = Key::from(self.key("__probe__:__probe__", &params));
+        let decision = self.decide(key, &params, 1);
         match tokio::time::timeout(self.timeout, decision).await {
             Ok(result) => result.map(drop),
             Err(_) => Err(Error::new(
