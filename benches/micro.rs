@@ -32,14 +32,17 @@ fn protocol(c: &mut Criterion) {
             n
         })
     });
-    let reply = Reply::Decision(Decision {
-        allowed: true,
-        limit: 20,
-        remaining: 19,
-        reset_ms: 100,
-        wait_ms: 0,
-        source: Source::Redis,
-    });
+    let reply = Reply::Decision(
+        Decision {
+            allowed: true,
+            limit: 20,
+            remaining: 19,
+            reset_ms: 100,
+            wait_ms: 0,
+            source: Source::Redis,
+        },
+        2000,
+    );
     c.bench_function("encode reply", |b| {
         let mut out = BytesMut::with_capacity(64);
         b.iter(|| {

@@ -347,6 +347,27 @@ impl Algorithm {
         }
     }
 
+    /// The policy window, ms: a window's length; for a bucket, the time it takes to go
+    /// from empty to full (`capacity ÷ refill_rate`, `capacity ÷ leak_rate`), rounded up.
+    /// This is the `w` of an IETF `RateLimit-Policy` header: `limit` units per window.
+    pub fn window_ms(&self) -> u64 {
+        match *self {
+            Algorithm::TokenBucket {
+                capacity,
+                refill_rate: rate,
+            }
+            | Algorithm::LeakyBucket {
+                capacity,
+                leak_rate: rate,
+            } => (capacity as f64 * 1000.0 / rate)
+                .ceil()
+                .min(u64::MAX as f64) as u64,
+            Algorithm::FixedWindow { window_ms, .. }
+            | Algorithm::SlidingWindowLog { window_ms, .. }
+            | Algorithm::SlidingWindowCounter { window_ms, .. } => window_ms,
+        }
+    }
+
     /// The capacity (buckets) or limit (windows).
     pub fn limit(&self) -> u64 {
         match *self {
@@ -375,6 +396,8 @@ pub struct Rule {
     pub params: algorithm::Params,
     /// Parameters of a local fallback decision: the share of one of `fallback_hosts`.
     pub fallback_params: algorithm::Params,
+    /// The policy window, ms ([`Algorithm::window_ms`]): the seventh field of replies.
+    pub window_ms: u64,
 }
 
 impl Rule {
@@ -392,6 +415,7 @@ impl Rule {
             fallback_hosts,
             params: algorithm.params(1),
             fallback_params: algorithm.params(fallback_hosts),
+            window_ms: algorithm.window_ms(),
         }
     }
 

@@ -182,7 +182,7 @@ impl Limiter {
         let rule = &entry.rule;
         let decided = |d: Decision| {
             entry.counters.record(&d);
-            ready(Reply::Decision(d))
+            ready(Reply::Decision(d, rule.window_ms))
         };
         if u64::from(cost) > rule.limit() {
             return error(ProtoError::new(
@@ -269,7 +269,7 @@ impl Limiter {
                 }
             };
             entry.counters.record(&decision);
-            Reply::Decision(decision)
+            Reply::Decision(decision, rule.window_ms)
         }))
     }
 

@@ -66,7 +66,7 @@ fn every_error_code_keeps_the_connection_open() {
     c.send_raw(&[b'y'; 300]);
     c.send_raw(b"\r\nCHECK api k\r\n");
     assert!(c.read_line().starts_with("ERR TOO_LONG "));
-    assert_eq!(c.read_line(), "ALLOW 10 9 1000000 0 local");
+    assert_eq!(c.read_line(), "ALLOW 10 9 1000000 0 local 10000000");
     // QUIT says BYE and closes.
     assert_eq!(c.request("QUIT"), "BYE");
     assert_eq!(c.read_line(), "", "connection must be closed after BYE");
