@@ -1,0 +1,211 @@
+"""The asyncio client: one Unix-socket connection per event loop, shared by every
+task, with concurrent calls pipelined on it (written as they come, replies matched
+in order), so many requests in flight cost one connection and no locking.
+
+Same outcomes as the blocking ``Client``: failures become the fallback result with
+its cause, a timeout is never retried, a kept connection found closed is retried
+once on a fresh one, and malformed requests raise ``RequestError``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Deque, Iterable, List, Optional, Tuple
+
+from ._result import (
+    DEFAULT_SOCKET,
+    Check,
+    Key,
+    ReplyError,
+    RequestError,
+    Result,
+    fallback,
+    normalize,
+    parse_reply,
+    request_line,
+)
+
+
+class _Batch:
+    __slots__ = ("payload", "n", "lines", "future", "reused", "retried", "timer")
+
+    def __init__(self, payload: bytes, n: int, future: "asyncio.Future[Tuple[List[str], Optional[str]]]"):
+        self.payload, self.n, self.future = payload, n, future
+        self.lines: List[str] = []
+        self.reused = self.retried = False
+        self.timer: Optional[asyncio.TimerHandle] = None
+
+    def finish(self, cause: Optional[str]) -> None:
+        if not self.future.done():
+            self.future.set_result((self.lines, cause))
+        if self.timer is not None:
+            self.timer.cancel()
+
+
+class _Conn:
+    def __init__(self, loop: asyncio.AbstractEventLoop, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.loop, self.reader, self.writer = loop, reader, writer
+        self.pending: Deque[_Batch] = deque()
+        self.used = False  # a reply was read on this connection
+        self.closed = False
+        self.task: Optional[asyncio.Task] = None  # type: ignore[type-arg]
+
+
+class AsyncClient:
+    """A pipelined connection to the daemon for asyncio programs.
+
+    ``timeout`` (seconds) bounds each call, connecting included. ``fail_open``
+    (default True) makes a failure an allow (``client_fail_open``); False a deny
+    (``client_fail_closed``). Usable from any event loop: a connection made on
+    another loop is replaced."""
+
+    def __init__(self, path: str = DEFAULT_SOCKET, timeout: float = 0.2, fail_open: bool = True):
+        self.path = path
+        self.timeout = timeout
+        self.fail_open = fail_open
+        self._conn: Optional[_Conn] = None
+        self._connecting: Optional["asyncio.Future[_Conn]"] = None
+
+    async def check(self, rule: str, key: Key, cost: int = 1) -> Result:
+        """Asks for ``cost`` units of ``key``'s budget under ``rule``."""
+        return (await self.check_many([(rule, key, cost)]))[0]
+
+    async def check_many(self, checks: Iterable[Check]) -> List[Result]:
+        """Several checks in one round trip; results in the same order."""
+        items = normalize(list(checks))
+        if not items:
+            return []
+        loop = asyncio.get_running_loop()
+        payload = "".join(request_line(r, k, n) for r, k, n in items).encode("ascii")
+        batch = _Batch(payload, len(items), loop.create_future())
+        batch.timer = loop.call_later(self.timeout, self._timed_out, batch)
+        await self._send(batch)
+        lines, cause = await batch.future
+        out: List[Result] = []
+        bug: Optional[RequestError] = None
+        for i, (rule, _, _) in enumerate(items):
+            if i >= len(lines):
+                out.append(fallback(rule, self.fail_open, cause or "no reply"))
+                continue
+            try:
+                out.append(parse_reply(lines[i], rule))
+            except RequestError as e:
+                bug = bug or e
+                out.append(fallback(rule, self.fail_open, str(e)))
+            except ReplyError as e:
+                if not lines[i].startswith("ERR") and self._conn is not None:
+                    self._lost(self._conn, "connection out of step")
+                out.append(fallback(rule, self.fail_open, str(e)))
+        if bug is not None:
+            raise bug
+        return out
+
+    async def close(self) -> None:
+        """Closes the connection (the next check opens a new one)."""
+        if self._conn is not None:
+            self._lost(self._conn, "client closed")
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- internals -------------------------------------------------------------------
+
+    async def _send(self, batch: _Batch) -> None:
+        try:
+            conn = await self._get_conn()
+        except OSError as e:
+            batch.finish(f"{type(e).__name__}: {e}")
+            return
+        if batch.future.done():  # timed out while connecting
+            return
+        batch.reused = conn.used
+        conn.pending.append(batch)
+        conn.writer.write(batch.payload)
+
+    async def _get_conn(self) -> _Conn:
+        loop = asyncio.get_running_loop()
+        conn = self._conn
+        if conn is not None and not conn.closed and conn.loop is loop:
+            return conn
+        if conn is not None and conn.loop is not loop:
+            self._conn = None  # made on another (perhaps closed) loop: abandon it
+        if self._connecting is not None and not self._connecting.done() and self._connecting.get_loop() is loop:
+            return await asyncio.shield(self._connecting)
+        self._connecting = fut = loop.create_future()
+        try:
+            reader, writer = await asyncio.open_unix_connection(self.path)
+        except OSError as e:
+            fut.set_exception(e)
+            fut.exception()  # mark retrieved: waiters re-raise it themselves
+            self._connecting = None
+            raise
+        conn = _Conn(loop, reader, writer)
+        conn.task = loop.create_task(self._read(conn))
+        self._conn = conn
+        fut.set_result(conn)
+        self._connecting = None
+        return conn
+
+    async def _read(self, conn: _Conn) -> None:
+        buf = b""
+        cause = "ConnectionResetError: daemon closed the connection"
+        try:
+            while True:
+                chunk = await conn.reader.read(65536)
+                if not chunk:
+                    break
+                buf += chunk
+                while True:
+                    nl = buf.find(b"\n")
+                    if nl < 0:
+                        break
+                    line, buf = buf[:nl].decode("ascii", "replace"), buf[nl + 1 :]
+                    conn.used = True
+                    if not conn.pending:
+                        continue  # unsolicited (ERR BUSY/PERM at connect)
+                    batch = conn.pending[0]
+                    batch.lines.append(line)
+                    if len(batch.lines) == batch.n:
+                        conn.pending.popleft()
+                        batch.finish(None)
+        except (OSError, asyncio.IncompleteReadError) as e:
+            cause = f"{type(e).__name__}: {e}"
+        except asyncio.CancelledError:
+            cause = "client closed"
+        self._lost(conn, cause)
+
+    def _lost(self, conn: _Conn, cause: str, retry: bool = True) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        if self._conn is conn:
+            self._conn = None
+        try:
+            conn.writer.close()
+        except RuntimeError:
+            pass  # its loop is closed
+        if conn.task is not None and conn.task is not asyncio.current_task():
+            conn.task.cancel()
+        pending, conn.pending = conn.pending, deque()
+        for batch in pending:
+            if retry and not batch.lines and batch.reused and not batch.retried and not batch.future.done():
+                # A kept connection closed by a daemon restart or idle timeout: one
+                # retry on a fresh connection.
+                batch.retried = True
+                conn.loop.create_task(self._send(batch))
+            else:
+                batch.finish(cause)
+
+    def _timed_out(self, batch: _Batch) -> None:
+        cause = f"TimeoutError: no reply within {self.timeout}s"
+        conn = self._conn
+        if conn is not None and batch in conn.pending:
+            # Replies come in order: everything behind a late one is late too, and
+            # the connection is out of step. Fail them all, retry none.
+            for b in conn.pending:
+                b.finish(cause)
+            self._lost(conn, cause, retry=False)
+        batch.finish(cause)
