@@ -1,0 +1,91 @@
+// HTTP headers for a decision (IETF draft-ietf-httpapi-ratelimit-headers, plus the legacy
+// X-RateLimit-* trio on request), and the choice of the one result that sets them when a
+// request was checked against several rules.
+package io.github.ratelimitd;
+
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+/** Header mapping shared by the client's users and {@link RateLimitFilter}. */
+public final class RateLimitHeaders {
+  private RateLimitHeaders() {}
+
+  /**
+   * The headers for one result. Daemon-decided: {@code RateLimit-Policy: "<rule>";q=<limit>;w=<
+   * window s>} ({@code w} omitted without a window), {@code RateLimit: "<rule>";r=<remaining>;t=<
+   * reset s>}, and when denied {@code Retry-After: max(1, ceil(wait s))}; with {@code legacy}
+   * also X-RateLimit-Limit/-Remaining/-Reset. Client fail-open: none; client fail-closed: only
+   * {@code Retry-After: 1}. Seconds are rounded up.
+   */
+  public static Map<String, String> of(Result r, boolean legacy) {
+    Map<String, String> h = new LinkedHashMap<>();
+    if (r.fromClient()) {
+      if (!r.allowed()) {
+        h.put("Retry-After", "1");
+      }
+      return h;
+    }
+    long reset = ceilSeconds(r.resetMs());
+    String policy = "\"" + r.rule() + "\";q=" + r.limit();
+    long window = r.windowMs().orElse(0);
+    if (window > 0) {
+      policy += ";w=" + ceilSeconds(window);
+    }
+    h.put("RateLimit-Policy", policy);
+    h.put("RateLimit", "\"" + r.rule() + "\";r=" + r.remaining() + ";t=" + reset);
+    if (!r.allowed()) {
+      h.put("Retry-After", Long.toString(Math.max(1, ceilSeconds(r.waitMs()))));
+    }
+    if (legacy) {
+      h.put("X-RateLimit-Limit", Long.toString(r.limit()));
+      h.put("X-RateLimit-Remaining", Long.toString(r.remaining()));
+      h.put("X-RateLimit-Reset", Long.toString(reset));
+    }
+    return h;
+  }
+
+  /**
+   * The most restrictive of several results (one request checked against several rules): any
+   * denial beats any allowance; a daemon decision beats a client fallback of the same verdict;
+   * among denials the longest wait, among allowances the fewest remaining; then the lowest
+   * remaining/limit ratio (limit 0 counts as 0); then the first in request order.
+   */
+  public static Result mostRestrictive(List<Result> results) {
+    Result best = null;
+    for (Result r : results) {
+      if (best == null || stricter(r, best)) {
+        best = r;
+      }
+    }
+    if (best == null) {
+      throw new IllegalArgumentException("no results");
+    }
+    return best;
+  }
+
+  /** True when a is strictly more restrictive than b (ties keep the earlier one). */
+  private static boolean stricter(Result a, Result b) {
+    if (a.allowed() != b.allowed()) {
+      return !a.allowed();
+    }
+    if (a.fromClient() != b.fromClient()) {
+      return !a.fromClient();
+    }
+    if (!a.allowed() && a.waitMs() != b.waitMs()) {
+      return a.waitMs() > b.waitMs();
+    }
+    if (a.allowed() && a.remaining() != b.remaining()) {
+      return a.remaining() < b.remaining();
+    }
+    return ratio(a) < ratio(b);
+  }
+
+  private static double ratio(Result r) {
+    return r.limit() == 0 ? 0 : (double) r.remaining() / r.limit();
+  }
+
+  static long ceilSeconds(long ms) {
+    return (ms + 999) / 1000;
+  }
+}
