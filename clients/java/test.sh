@@ -25,5 +25,5 @@ javac --release 17 -Xlint:all -Werror -d "$out/test" -cp "$out/ratelimitd-client
   $(find src/test/java -name '*.java')
 
 java -Drl.conformance="$here/../conformance.json" -Drl.testdaemon="$here/../testdaemon.sh" \
-  -jar "$launcher" --disable-banner --details=tree \
+  -jar "$launcher" --disable-banner --disable-ansi-colors --details=tree \
   --class-path "$out/ratelimitd-client.jar:$out/test:$servlet" --scan-class-path "$out/test"
