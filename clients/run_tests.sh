@@ -58,7 +58,8 @@ if need python python3; then
 fi
 
 if need node node; then
-  out=$(cd clients/node && timeout 300 node --test test.js 2>&1)
+  # npm pack, npm install of the tarball into a scratch project, node --test (TAP).
+  out=$(timeout 600 bash clients/node/test/run.sh 2>&1)
   rc=$?
   printf '%s\n' "$out"
   p=$(sed -n 's/^# pass \([0-9]*\)/\1/p' <<<"$out") f=$(sed -n 's/^# fail \([0-9]*\)/\1/p' <<<"$out")

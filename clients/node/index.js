@@ -1,0 +1,20 @@
+'use strict';
+// The package's CommonJS entry point; index.mjs re-exports it for ESM.
+const result = require('./lib/result');
+const { Client } = require('./lib/client');
+const { middleware, clientAddress } = require('./lib/middleware');
+
+module.exports = {
+  Client,
+  middleware,
+  clientAddress,
+  Result: result.Result,
+  RequestError: result.RequestError,
+  ReplyError: result.ReplyError,
+  parseReply: result.parseReply,
+  encodeKey: result.encodeKey,
+  mostRestrictive: result.mostRestrictive,
+  responseHeaders: result.responseHeaders,
+  statusFor: result.statusFor,
+  DEFAULT_SOCKET: result.DEFAULT_SOCKET,
+};

@@ -1,0 +1,8 @@
+// The package's ESM entry point: the CommonJS implementation, re-exported by name.
+import cjs from './index.js';
+
+export const {
+  Client, middleware, clientAddress, Result, RequestError, ReplyError, parseReply, encodeKey,
+  mostRestrictive, responseHeaders, statusFor, DEFAULT_SOCKET,
+} = cjs;
+export default cjs;
