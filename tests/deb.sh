@@ -5,9 +5,12 @@
 # missing. Checks, without installing anything on this machine: the file list,
 # the conffile, the dependencies, the maintainer scripts (user and group, shell
 # syntax), that the packaged files are the repository's, that the packaged binary
-# accepts the packaged config, and `systemd-analyze verify` on the unpacked tree
-# (no output allowed). Prints "tests/deb.sh: OK" last on success; exits 1 on the
-# first failed check, saying which.
+# accepts the packaged config (one host, Debian's redis-server), that the generated
+# man page and completions are current, `systemd-analyze verify` on the unpacked tree
+# (no output allowed), and lintian (no error or warning beyond the package's
+# documented overrides; installed with apt-get if missing). Prints "tests/deb.sh: OK"
+# last on success; exits 1 on the first failed check, saying which. The real-systemd
+# test (install, activation, reload, watchdog, removal) is tests/systemd-real.sh.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -41,7 +44,17 @@ for f in ./usr/bin/ratelimitd \
          ./usr/lib/systemd/system/ratelimitd.socket \
          ./etc/ratelimitd/ratelimitd.toml \
          ./usr/share/doc/ratelimitd/README.md \
-         ./usr/share/doc/ratelimitd/copyright; do
+         ./usr/share/doc/ratelimitd/SYSTEMD.md \
+         ./usr/share/doc/ratelimitd/examples/cluster.toml \
+         ./usr/share/doc/ratelimitd/copyright \
+         ./usr/share/doc/ratelimitd/changelog.Debian.gz \
+         ./usr/share/man/man8/ratelimitd.8.gz \
+         ./usr/share/man/man5/ratelimitd.toml.5.gz \
+         ./usr/share/bash-completion/completions/ratelimitd \
+         ./usr/share/zsh/vendor-completions/_ratelimitd \
+         ./usr/share/fish/vendor_completions.d/ratelimitd.fish \
+         ./usr/share/ratelimitd/ratelimitd.sh \
+         ./usr/share/lintian/overrides/ratelimitd; do
   grep -qxF "$f" <<<"$contents" || fail "$f missing from dpkg-deb --contents:
 $contents"
 done
@@ -53,6 +66,8 @@ grep -qxF /etc/ratelimitd/ratelimitd.toml <<<"$conffiles" ||
 
 # postinst needs adduser; the scripts create the user and the clients' group.
 dpkg-deb -f "$deb" Depends | grep -qw adduser || fail "Depends lacks adduser"
+# The shipped config uses Debian's redis-server on this host.
+dpkg-deb -f "$deb" Recommends | grep -qw redis-server || fail "Recommends lacks redis-server"
 dpkg-deb -e "$deb" "$work/control"
 grep -q 'addgroup --system --quiet ratelimitd-clients' "$work/control/postinst" ||
   fail "postinst does not create the ratelimitd-clients group"
@@ -74,8 +89,32 @@ dpkg-deb -x "$deb" "$root"
 cmp systemd/ratelimitd.service "$root/usr/lib/systemd/system/ratelimitd.service" || fail "service differs"
 cmp systemd/ratelimitd.socket "$root/usr/lib/systemd/system/ratelimitd.socket" || fail "socket differs"
 cmp conf/ratelimitd.toml "$root/etc/ratelimitd/ratelimitd.toml" || fail "config differs"
-"$root/usr/bin/ratelimitd" --config "$root/etc/ratelimitd/ratelimitd.toml" --check >&2 ||
+cmp clients/shell/ratelimitd.sh "$root/usr/share/ratelimitd/ratelimitd.sh" || fail "shell client differs"
+cmp debian/ratelimitd.lintian-overrides "$root/usr/share/lintian/overrides/ratelimitd" ||
+  fail "lintian overrides differ"
+summary=$("$root/usr/bin/ratelimitd" --config "$root/etc/ratelimitd/ratelimitd.toml" --check) ||
   fail "the packaged binary rejects the packaged config"
+grep -q 'redis.mode = Standalone' <<<"$summary" || fail "the packaged config is not standalone: $summary"
+grep -qx 'nodes = \["127.0.0.1:6379"\].*' "$root/etc/ratelimitd/ratelimitd.toml" ||
+  fail "the packaged config does not use 127.0.0.1:6379"
+# The socket unit owns /run/ratelimitd: a RuntimeDirectory= in the service would chown
+# the socket to the daemon's user on the first activation and lock clients out.
+! grep -q '^RuntimeDirectory' "$root/usr/lib/systemd/system/ratelimitd.service" ||
+  fail "ratelimitd.service has RuntimeDirectory= (chowns the socket)"
+grep -qx 'ExecReload=/usr/bin/ratelimitd --check --config /etc/ratelimitd/ratelimitd.toml' \
+  "$root/usr/lib/systemd/system/ratelimitd.service" || fail "ExecReload= does not check the config first"
+
+# The man page and completions are generated from the CLI and committed: current?
+if "$root/usr/bin/ratelimitd" --print-man >"$work/ratelimitd.8" 2>/dev/null; then
+  zcat "$root/usr/share/man/man8/ratelimitd.8.gz" | cmp - "$work/ratelimitd.8" ||
+    fail "debian/man/ratelimitd.8 is stale: ratelimitd --print-man > debian/man/ratelimitd.8"
+  for sh in bash:ratelimitd.bash zsh:_ratelimitd fish:ratelimitd.fish; do
+    "$root/usr/bin/ratelimitd" --print-completions "${sh%%:*}" | cmp - "debian/completions/${sh#*:}" ||
+      fail "debian/completions/${sh#*:} is stale: ratelimitd --print-completions ${sh%%:*}"
+  done
+else
+  fail "ratelimitd --print-man failed (the man page cannot be regenerated)"
+fi
 
 # systemd-analyze verify on the unpacked package (plus the system's own units, which
 # verify needs, and /bin/kill for ExecReload=): it must print nothing.
@@ -92,5 +131,14 @@ if command -v systemd-analyze >/dev/null 2>&1; then
 else
   fail "systemd-analyze not found (Debian package systemd)"
 fi
+
+# lintian: no error or warning but the overrides the package ships (docs/SYSTEMD.md).
+if ! command -v lintian >/dev/null 2>&1; then
+  log "lintian missing; installing it with apt-get"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q lintian >&2 || fail "apt-get install lintian"
+fi
+tags=$(lintian --tag-display-limit 0 "$deb" 2>&1 | grep -E '^[EW]: ' || true)
+[ -z "$tags" ] || fail "lintian:
+$tags"
 
 log "OK ($((SECONDS - start)) s)"
