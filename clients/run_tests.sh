@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Runs every client's tests (Python, Node.js, Go, PHP, shell) against a real daemon:
+# Runs every client's tests (Python, Node.js, Go, PHP, Java, shell) against a real daemon:
 #   bash clients/run_tests.sh
 # Builds the daemon (cargo build, unless RATELIMITD_BIN points to one), then each
 # language's suite starts its own daemons through clients/testdaemon.sh in one temp
 # root; every daemon left there is killed by pid at the end. Needs python3, node, go,
-# php, socat (tests/run.sh installs the missing ones). Prints
+# php, composer, javac + Debian's jakarta-servlet-api and junit5 jars, socat
+# (tests/run.sh installs the missing ones). Prints
 # "clients: N passed, M failed" last; exit status 1 if anything failed or is missing.
 set -uo pipefail
 
@@ -68,10 +69,18 @@ if need node node; then
 fi
 
 if need go go; then
-  out=$(cd clients/go && timeout 300 go test -count=1 -v ./... 2>&1)
+  # The module (go vet, then its tests: every conformance case as a subtest), then
+  # example/: an application in a module of its own that imports the client by its
+  # module path through a replace directive, as users' applications do.
+  out=$({
+    cd "$here/go" && go vet ./... && timeout 300 go test -count=1 -v ./...
+    r=$?
+    cd "$here/go/example" && go vet ./... && timeout 120 go test -count=1 -v ./...
+    exit $((r | $?))
+  } 2>&1)
   rc=$?
   printf '%s\n' "$out"
-  p=$(grep -c -- '^--- PASS' <<<"$out") f=$(grep -c -- '^--- FAIL' <<<"$out")
+  p=$(grep -cE -- '^ *--- PASS' <<<"$out") f=$(grep -cE -- '^ *--- FAIL' <<<"$out")
   [ "$rc" = 0 ] || [ "$f" -gt 0 ] || f=1
   record go "$p" "$f"
 fi
@@ -83,6 +92,18 @@ if need php php; then
   p=$(sed -n 's/^php: \([0-9]*\) passed.*/\1/p' <<<"$out") f=$(sed -n 's/^php: [0-9]* passed, \([0-9]*\) failed/\1/p' <<<"$out")
   [ "$rc" = 0 ] || [ "${f:-0}" -gt 0 ] || f=1
   record php "${p:-0}" "${f:-0}"
+fi
+
+if need java javac; then
+  # Built with javac against Debian's jars and run by JUnit's console launcher (its tree
+  # and summary go to the log); see clients/java/test.sh.
+  out=$(timeout 300 bash clients/java/test.sh 2>&1)
+  rc=$?
+  printf '%s\n' "$out"
+  p=$(sed -n 's/^\[ *\([0-9]*\) tests successful *\]$/\1/p' <<<"$out")
+  f=$(sed -n 's/^\[ *\([0-9]*\) tests failed *\]$/\1/p' <<<"$out")
+  [ "$rc" = 0 ] || [ "${f:-0}" -gt 0 ] || f=1
+  record java "${p:-0}" "${f:-0}"
 fi
 
 if need shell socat; then

@@ -1,3 +1,3 @@
-module ratelimitd
+module github.com/ratelimitd/ratelimitd/clients/go
 
-go 1.19
+go 1.21

@@ -1,6 +1,7 @@
-// A tiny HTTP server rate-limited per client address through ratelimitd.
+// An application consuming the client as its users do (its own module, importing the
+// client's module path): a net/http server limited per client address.
 //
-//	go run ./example /run/ratelimitd/ratelimitd.sock 127.0.0.1:8080 rides_request
+//	go run . /run/ratelimitd/ratelimitd.sock 127.0.0.1:8080 rides_request
 package main
 
 import (
@@ -9,25 +10,24 @@ import (
 	"net/http"
 	"os"
 
-	"ratelimitd"
+	ratelimitd "github.com/ratelimitd/ratelimitd/clients/go"
 )
 
-func main() {
-	socket, addr, rule := os.Args[1], os.Args[2], os.Args[3]
-	rl := ratelimitd.New(socket)
-	http.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
-		host, _, _ := net.SplitHostPort(req.RemoteAddr)
-		r, err := rl.Check(rule, host, 1)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		r.WriteHeaders(w.Header())
-		if !r.Allowed {
-			http.Error(w, "slow down", http.StatusTooManyRequests)
-			return
-		}
-		w.Write([]byte("hello\n"))
+// handler is the application: hello, behind the rate-limit middleware.
+func handler(rl *ratelimitd.Client, rule string) http.Handler {
+	limit := ratelimitd.Middleware(rl, func(r *http.Request) []ratelimitd.Check {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		return []ratelimitd.Check{{Rule: rule, Key: "ip:" + host, Cost: 1}}
 	})
-	log.Fatal(http.ListenAndServe(addr, nil))
+	return limit(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("hello\n"))
+	}))
+}
+
+func main() {
+	if len(os.Args) != 4 {
+		log.Fatal("usage: example SOCKET ADDR RULE")
+	}
+	rl := ratelimitd.New(os.Args[1])
+	log.Fatal(http.ListenAndServe(os.Args[2], handler(rl, os.Args[3])))
 }
