@@ -12,28 +12,36 @@
 #   printf 'CHECK rides_request user:42\n' | socat -t1 - UNIX-CONNECT:/run/ratelimitd/ratelimitd.sock )
 #
 # Settings (variables): RL_SOCKET (default /run/ratelimitd/ratelimitd.sock),
-# RL_TIMEOUT seconds (default 0.2), RL_FAIL_OPEN 1 (default) or 0.
+# RL_TIMEOUT seconds (default 0.2), RL_FAIL_OPEN 1 (default) or 0,
+# RL_LEGACY_HEADERS 0 (default) or 1 (rl_headers adds the X-RateLimit-* trio).
 #
 # rl_check RULE KEY [COST]: sets RL_VERDICT (ALLOW/DENY) RL_LIMIT RL_REMAINING
-# RL_RESET_MS RL_WAIT_MS RL_SOURCE RL_RULE RL_ERROR; returns 0 when allowed, 1 when
-# denied, 2 when the daemon rejected the request (ERR PROTO/RULE/KEY/COST/TOO_LONG,
-# message in RL_ERROR). When the daemon is absent, refuses, or does not answer within
-# RL_TIMEOUT, the check is allowed (source client_fail_open) or, with RL_FAIL_OPEN=0,
-# denied (client_fail_closed), and RL_ERROR says why.
+# RL_RESET_MS RL_WAIT_MS RL_WINDOW_MS (empty from a daemon that does not send it)
+# RL_SOURCE RL_RULE RL_ERROR; returns 0 when allowed, 1 when denied, 2 when the daemon
+# rejected the request (ERR PROTO/RULE/KEY/COST/TOO_LONG, message in RL_ERROR). When
+# the daemon is absent, refuses, answers ERR BUSY/PERM/INTERNAL, or does not answer
+# within RL_TIMEOUT (never retried), the check is allowed (source client_fail_open)
+# or, with RL_FAIL_OPEN=0, denied (client_fail_closed), and RL_ERROR says why.
 #
 # rl_check_many "RULE KEY [COST]"...: all checks in one round trip (KEY as sent: no
 # spaces, printable ASCII; pass it through rl_encode_key if unsure); replies in the
 # array RL_REPLIES (raw lines, fail-open/closed lines synthesised as
-# "ALLOW 0 0 0 0 client_fail_open"). rl_parse LINE [RULE] sets the RL_* variables from
-# one reply. rl_headers prints the HTTP headers for the last result, one per line.
+# "ALLOW 0 0 0 0 client_fail_open"). It then sets the RL_* variables from the most
+# restrictive result (any DENY before any ALLOW; the daemon's answer before the
+# client's own; the longest wait among DENYs, the fewest remaining among ALLOWs; then
+# the lowest remaining/limit; then the first) and returns like rl_check (2 if any
+# check was rejected). rl_parse LINE [RULE] sets the RL_* variables from one reply.
+# rl_headers prints the HTTP headers for the last result, one per line.
 # rl_close closes the connection.
 
 : "${RL_SOCKET:=/run/ratelimitd/ratelimitd.sock}"
 : "${RL_TIMEOUT:=0.2}"
 : "${RL_FAIL_OPEN:=1}"
+: "${RL_LEGACY_HEADERS:=0}"
 RL__PID=
 RL__IN=
 RL__OUT=
+RL__USED=
 
 # Percent-encodes every byte outside 0x21..0x7E, and '%' itself.
 rl_encode_key() {
@@ -55,7 +63,7 @@ rl_close() {
     kill "$RL__PID" 2>/dev/null
     wait "$RL__PID" 2>/dev/null
   fi
-  RL__PID= RL__IN= RL__OUT=
+  RL__PID= RL__IN= RL__OUT= RL__USED=
   return 0
 }
 
@@ -69,8 +77,9 @@ rl__open() {
   rm -rf "$d"
 }
 
-# rl__exchange PAYLOAD N: writes PAYLOAD, reads N lines into RL_REPLIES.
-# Returns 0, 1 (connection lost: EOF or write error), 3 (timeout).
+# rl__exchange PAYLOAD N: writes PAYLOAD, reads up to N lines into RL_REPLIES.
+# Returns 0, 1 (connection lost: EOF or write error), 3 (timeout); on 1 or 3 the
+# lines read before stay in RL_REPLIES.
 rl__exchange() {
   local payload=$1 n=$2 line i rc=0 old_pipe
   RL_REPLIES=()
@@ -83,6 +92,7 @@ rl__exchange() {
   for ((i = 0; i < n; i++)); do
     if IFS= read -r -t "$RL_TIMEOUT" -u "$RL__OUT" line; then
       RL_REPLIES+=("$line")
+      RL__USED=1
     elif [ $? -gt 128 ]; then
       return 3
     else
@@ -92,40 +102,78 @@ rl__exchange() {
 }
 
 rl_check_many() {
-  local payload= c rule key cost
+  local payload= c rule key cost rules=() norm=() i best=-1 rc=0 bug=0 err
   for c in "$@"; do
     read -r rule key cost <<<"$c"
+    rules+=("$rule")
     payload+="CHECK $rule $key ${cost:-1}"$'\n'
   done
   rl__round_trip "$payload" $#
+  err=$RL_ERROR
+  for ((i = 0; i < $#; i++)); do
+    rl_parse "${RL_REPLIES[i]}" "${rules[i]}"
+    if [ $? = 2 ]; then bug=1 norm+=(""); continue; fi
+    norm+=("$RL_VERDICT $RL_LIMIT $RL_REMAINING $RL_RESET_MS $RL_WAIT_MS $RL_SOURCE")
+    if [ "$best" -lt 0 ] || rl__more_restrictive "${norm[i]}" "${norm[best]}"; then best=$i; fi
+  done
+  if [ "$best" -ge 0 ]; then
+    RL_ERROR=
+    rl_parse "${RL_REPLIES[best]}" "${rules[best]}"
+    rc=$?
+    [[ $RL_SOURCE != client_* ]] || [ -n "$RL_ERROR" ] || RL_ERROR=$err
+  fi
+  [ "$bug" = 1 ] && return 2
+  return "$rc"
+}
+
+# rl__more_restrictive "V L R RESET WAIT SOURCE" (same for B): true when result A is
+# more restrictive than B (the order rl_check_many documents).
+rl__more_restrictive() {
+  local a b fa=0 fb=0
+  read -r -a a <<<"$1"
+  read -r -a b <<<"$2"
+  [ "${a[0]}" = "${b[0]}" ] || { [ "${a[0]}" = DENY ]; return; }
+  [[ ${a[5]} == client_* ]] && fa=1
+  [[ ${b[5]} == client_* ]] && fb=1
+  [ "$fa" = "$fb" ] || { [ "$fa" = 0 ]; return; }
+  if [ "${a[0]}" = DENY ]; then
+    [ "${a[4]}" = "${b[4]}" ] || { [ "${a[4]}" -gt "${b[4]}" ]; return; }
+  else
+    [ "${a[2]}" = "${b[2]}" ] || { [ "${a[2]}" -lt "${b[2]}" ]; return; }
+  fi
+  # The lower remaining/limit (limit 0 counts as 0): a.r * b.l < b.r * a.l.
+  local ra=$((a[1] > 0 ? a[2] : 0)) la=$((a[1] > 0 ? a[1] : 1))
+  local rb=$((b[1] > 0 ? b[2] : 0)) lb=$((b[1] > 0 ? b[1] : 1))
+  [ $((ra * lb)) -lt $((rb * la)) ]
 }
 
 # rl__round_trip PAYLOAD N: sends the request lines, fills RL_REPLIES (N lines), with
-# fail-open/closed lines when the daemon cannot answer.
+# fail-open/closed lines for the checks the daemon did not answer.
 rl__round_trip() {
   local payload=$1 n=$2 rc reused i line
-  reused=${RL__PID:+1}
+  reused=${RL__USED:+1}
   rl__exchange "$payload" "$n"
   rc=$?
-  if [ "$rc" = 1 ] && [ -n "$reused" ]; then
+  if [ "$rc" = 1 ] && [ -n "$reused" ] && [ "${#RL_REPLIES[@]}" = 0 ]; then
     # A kept connection closed by a daemon restart or idle timeout: one retry.
     rl_close
     rl__exchange "$payload" "$n"
     rc=$?
   fi
+  RL_ERROR=
   if [ "$rc" != 0 ]; then
     rl_close
     if [ "$rc" = 3 ]; then RL_ERROR="timeout: no reply within ${RL_TIMEOUT} s"; else RL_ERROR="cannot reach the daemon at $RL_SOCKET"; fi
-    RL_REPLIES=()
-    for ((i = 0; i < n; i++)); do RL_REPLIES+=("$(rl__fallback_line)"); done
-    return 0
+    for ((i = ${#RL_REPLIES[@]}; i < n; i++)); do RL_REPLIES+=("$(rl__fallback_line)"); done
   fi
   for line in "${RL_REPLIES[@]}"; do
     case $line in
       "ERR BUSY"* | "ERR PERM"*) rl_close ;;
+      ERR* | ALLOW* | DENY*) ;;
+      *) rl_close ;; # an unreadable line: the connection may be out of step
     esac
   done
-  RL_ERROR=
+  return 0
 }
 
 rl__fallback_line() {
@@ -139,10 +187,14 @@ rl_parse() {
   read -r -a f <<<"$line"
   case ${f[0]:-} in
     ALLOW | DENY)
-      RL_VERDICT=${f[0]} RL_LIMIT=${f[1]:-0} RL_REMAINING=${f[2]:-0}
-      RL_RESET_MS=${f[3]:-0} RL_WAIT_MS=${f[4]:-0} RL_SOURCE=${f[5]:-}
-      [ "$RL_VERDICT" = ALLOW ]
-      return
+      if [ "${#f[@]}" -ge 6 ] && [[ "${f[1]} ${f[2]} ${f[3]} ${f[4]}" =~ ^[0-9]+\ [0-9]+\ [0-9]+\ [0-9]+$ ]]; then
+        RL_VERDICT=${f[0]} RL_LIMIT=$((10#${f[1]})) RL_REMAINING=$((10#${f[2]}))
+        RL_RESET_MS=$((10#${f[3]})) RL_WAIT_MS=$((10#${f[4]})) RL_SOURCE=${f[5]}
+        RL_WINDOW_MS= # a seventh field that is not a count means "unknown"
+        [[ ${f[6]:-} =~ ^[0-9]+$ ]] && RL_WINDOW_MS=$((10#${f[6]}))
+        [ "$RL_VERDICT" = ALLOW ]
+        return
+      fi
       ;;
     ERR)
       case ${f[1]:-} in
@@ -157,8 +209,9 @@ rl_parse() {
       return
       ;;
   esac
+  # A line we cannot read: the daemon failed us (rl__round_trip drops the connection).
   RL_ERROR="unexpected reply: $line"
-  return 2
+  rl_parse "$(rl__fallback_line)" "$RL_RULE"
 }
 
 rl_check() {
@@ -171,20 +224,32 @@ rl_check() {
   return $rc
 }
 
-# Prints the HTTP headers for the last result: IETF draft-ietf-httpapi-ratelimit-headers
-# (RateLimit-Policy, RateLimit), X-RateLimit-Limit/Remaining/Reset (seconds from now),
-# Retry-After (seconds) when denied. Nothing when the daemon did not decide
-# (Retry-After: 1 if the client failed closed).
+# Prints the HTTP headers for the last result (IETF draft-ietf-httpapi-ratelimit-headers):
+#   RateLimit-Policy: "<rule>";q=<limit>;w=<ceil(window_ms/1000)>   (no w when unknown)
+#   RateLimit: "<rule>";r=<remaining>;t=<ceil(reset_ms/1000)>
+#   Retry-After: max(1, ceil(wait_ms/1000))                          (denied only)
+# and with RL_LEGACY_HEADERS=1 X-RateLimit-Limit/-Remaining/-Reset. Nothing when the
+# client failed open; only Retry-After: 1 when it failed closed.
 rl_headers() {
+  [ -n "${RL_VERDICT:-}" ] || return 0 # no result (a rejected request)
   case $RL_SOURCE in
     client_fail_open) return 0 ;;
     client_fail_closed) echo "Retry-After: 1"; return 0 ;;
   esac
-  local reset=$(((RL_RESET_MS + 999) / 1000)) retry=$(((RL_WAIT_MS + 999) / 1000))
-  echo "RateLimit-Policy: \"$RL_RULE\";q=$RL_LIMIT"
+  local reset=$(((RL_RESET_MS + 999) / 1000)) retry=$(((RL_WAIT_MS + 999) / 1000)) w=
+  [ "${RL_WINDOW_MS:-0}" -gt 0 ] && w=";w=$(((RL_WINDOW_MS + 999) / 1000))"
+  echo "RateLimit-Policy: \"$RL_RULE\";q=$RL_LIMIT$w"
   echo "RateLimit: \"$RL_RULE\";r=$RL_REMAINING;t=$reset"
-  echo "X-RateLimit-Limit: $RL_LIMIT"
-  echo "X-RateLimit-Remaining: $RL_REMAINING"
-  echo "X-RateLimit-Reset: $reset"
   if [ "$RL_VERDICT" = DENY ]; then echo "Retry-After: $((retry < 1 ? 1 : retry))"; fi
+  if [ "$RL_LEGACY_HEADERS" = 1 ]; then
+    echo "X-RateLimit-Limit: $RL_LIMIT"
+    echo "X-RateLimit-Remaining: $RL_REMAINING"
+    echo "X-RateLimit-Reset: $reset"
+  fi
+  return 0
+}
+
+# rl_status: the HTTP status for the last result (429 when denied, else 200).
+rl_status() {
+  if [ "$RL_VERDICT" = DENY ]; then echo 429; else echo 200; fi
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Tests of the shell client against a real daemon (clients/run_tests.sh runs them;
 # needs RATELIMITD_BIN and socat). Exit status 0 when all pass.
+# Needs python3 too (it reads clients/conformance.json for the shared cases).
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/ratelimitd.sh"
@@ -31,9 +32,10 @@ new_daemon; RL_TIMEOUT=5
   rl_check api sh:count; [ $? = 1 ] || exit 2
   [ "$RL__PID" = "$pid" ] || exit 3
   h=$(rl_headers)
-  grep -qx 'RateLimit-Policy: "api";q=5' <<<"$h" || exit 4
+  grep -qx 'RateLimit-Policy: "api";q=5;w=5000' <<<"$h" || exit 4
   grep -Eqx 'RateLimit: "api";r=0;t=[0-9]+' <<<"$h" || exit 5
-  grep -qx 'X-RateLimit-Remaining: 0' <<<"$h" || exit 6
+  ! grep -q 'X-RateLimit' <<<"$h" || exit 6
+  grep -qx 'X-RateLimit-Remaining: 0' <<<"$(RL_LEGACY_HEADERS=1 rl_headers)" || exit 6
   grep -qx "Retry-After: $(((RL_WAIT_MS + 999) / 1000))" <<<"$h" || exit 7
   rl_check api sh:other && ! rl_headers | grep -q Retry-After || exit 8
   rl_close
@@ -94,6 +96,17 @@ T="fails open (or closed) when the daemon is absent"
   RL_FAIL_OPEN=0
   rl_check api k; [ $? = 1 ] && [ "$RL_SOURCE" = client_fail_closed ] && [ "$(rl_headers)" = "Retry-After: 1" ] || exit 2
 ) && ok || fail "step $?"
+
+T="rl_check_many: the most restrictive result sets RL_* and the status"
+(
+  rl_check_many "fast sh:m1" "api sh:m1 5" "fast sh:m2"; [ $? = 0 ] && [ "$RL_RULE $RL_REMAINING" = "api 0" ] || exit 1
+  rl_check_many "fast sh:m1" "api sh:m1"; [ $? = 1 ] && [ "$(rl_status)" = 429 ] && [ "$RL_RULE" = api ] || exit 2
+  rl_check_many "fast sh:m1" "nope sh:m1"; [ $? = 2 ] || exit 3
+  rl_close
+) && ok || fail "step $?"
+
+. "$here/conformance.sh"
+conformance_all
 
 echo "shell: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -75,8 +75,8 @@ function requestLine(rule, key, cost) {
 const INT = /^[0-9]+$/;
 
 /**
- * Parses a CHECK reply: six fields, an optional seventh window_ms, further trailing
- * fields ignored. Throws RequestError for a request-error ERR, ReplyError otherwise.
+ * Parses a CHECK reply: six fields, an optional seventh window_ms (null when absent or
+ * not a number), further trailing fields ignored. Throws RequestError for a request-error ERR, ReplyError otherwise.
  */
 function parseReply(line, rule = '') {
   const f = line.trim().split(/[ \t]+/);
@@ -86,8 +86,7 @@ function parseReply(line, rule = '') {
     throw new ReplyError(`daemon said: ${line.trim()}`);
   }
   const nums = f.slice(1, 5);
-  if (f.length < 6 || (f[0] !== 'ALLOW' && f[0] !== 'DENY') || !nums.every((x) => INT.test(x))
-      || (f.length > 6 && !INT.test(f[6]))) {
+  if (f.length < 6 || (f[0] !== 'ALLOW' && f[0] !== 'DENY') || !nums.every((x) => INT.test(x))) {
     throw new ReplyError(`unexpected reply ${JSON.stringify(line)}`);
   }
   const n = nums.map(Number);
@@ -100,7 +99,8 @@ function parseReply(line, rule = '') {
     waitMs: n[3],
     source: f[5],
     rule,
-    windowMs: f.length > 6 ? Number(f[6]) : null,
+    // A seventh field that is not a count (from some later protocol) means "unknown".
+    windowMs: f.length > 6 && INT.test(f[6]) && Number.isSafeInteger(Number(f[6])) ? Number(f[6]) : null,
   });
 }
 

@@ -79,8 +79,8 @@ def request_line(rule: str, key: Key, cost: int) -> str:
 
 
 def parse_reply(line: str, rule: str = "") -> Result:
-    """Parses a CHECK reply (six fields, an optional seventh ``window_ms``, further
-    trailing fields ignored). Raises ``RequestError`` for an ERR reply with a
+    """Parses a CHECK reply (six fields, an optional seventh ``window_ms`` (None when
+    absent or not a number), further trailing fields ignored). Raises ``RequestError`` for an ERR reply with a
     request-error code and ``ReplyError`` for anything else it cannot read."""
     fields = line.split()
     if fields[:1] == ["ERR"]:
@@ -90,13 +90,11 @@ def parse_reply(line: str, rule: str = "") -> Result:
         raise ReplyError(f"daemon said: {line.strip()}")
     if len(fields) < 6 or fields[0] not in ("ALLOW", "DENY"):
         raise ReplyError(f"unexpected reply {line.strip()!r}")
-    try:
-        nums = [int(f) for f in fields[1:5]]
-        window = int(fields[6]) if len(fields) > 6 else None
-    except ValueError:
-        raise ReplyError(f"unexpected reply {line.strip()!r}") from None
-    if min(nums) < 0 or (window is not None and window < 0):
+    if not all(f.isdigit() and f.isascii() for f in fields[1:5]):
         raise ReplyError(f"unexpected reply {line.strip()!r}")
+    nums = [int(f) for f in fields[1:5]]
+    # A seventh field that is not a count (from some later protocol) means "unknown".
+    window = int(fields[6]) if len(fields) > 6 and fields[6].isdigit() and fields[6].isascii() else None
     return Result(fields[0] == "ALLOW", nums[0], nums[1], nums[2], nums[3], fields[5], rule, None, window)
 
 
