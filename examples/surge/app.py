@@ -8,7 +8,7 @@ A plain ASGI callable (no framework: on a 2-core machine every microsecond the A
 spends is one the load generator cannot). Served by uvicorn:
     uvicorn --app-dir examples/surge app:app
 Configured through the environment (run.sh sets it):
-    SURGE_WORKERS=8 SURGE_SERVICE_MS=50 SURGE_QUEUE_MAX=1000 SURGE_QUEUE_TIMEOUT_MS=5000
+    SURGE_WORKERS=4 SURGE_SERVICE_MS=50 SURGE_QUEUE_MAX=1000 SURGE_QUEUE_TIMEOUT_MS=5000
     SURGE_RL_SOCKET=<daemon socket>   (absent or empty: no rate limiting)
     SURGE_RIDER_RULE=surge_rider SURGE_GUARD_RULE=surge_matching (empty: no guard)
 """
@@ -27,12 +27,12 @@ ROUTES = {
 }
 
 matching = MatchingService(
-    workers=int(os.environ.get("SURGE_WORKERS", "8")),
+    workers=int(os.environ.get("SURGE_WORKERS", "4")),
     service_ms=float(os.environ.get("SURGE_SERVICE_MS", "50")),
     queue_max=int(os.environ.get("SURGE_QUEUE_MAX", "1000")),
     timeout_ms=float(os.environ.get("SURGE_QUEUE_TIMEOUT_MS", "5000")),
 )
-front_door = None  # set below when rate limiting is on
+limiter_sources: dict = {}  # decisions by verdict and source, when rate limiting is on
 
 
 async def _send_json(send, status: int, body: dict) -> None:
@@ -68,7 +68,7 @@ async def api(scope, receive, send):
     method, path = scope["method"], scope["path"]
     if method == "GET" and path == "/_stats":
         stats = matching.stats()
-        stats["limiter_sources"] = dict(front_door.sources) if front_door else {}
+        stats["limiter_sources"] = dict(limiter_sources)
         return await _send_json(send, 200, stats)
     endpoint = ROUTES.get((method, path))
     if endpoint is None:
@@ -83,12 +83,11 @@ async def api(scope, receive, send):
 
 app = api
 if os.environ.get("SURGE_RL_SOCKET"):
-    from limiter import FrontDoor
+    from limiter import front_door
 
-    front_door = FrontDoor(
+    app, limiter_sources = front_door(
         api,
         os.environ["SURGE_RL_SOCKET"],
         rider_rule=os.environ.get("SURGE_RIDER_RULE", "surge_rider"),
-        guard_rule=os.environ.get("SURGE_GUARD_RULE", "surge_matching") or None,
+        guard_rule=os.environ.get("SURGE_GUARD_RULE", "surge_matching"),
     )
-    app = front_door

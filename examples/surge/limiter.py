@@ -1,89 +1,93 @@
-"""The API's front door: an ASGI middleware that asks ratelimitd (over its Unix socket,
-with the project's Python client) before a request may reach the matching service.
+"""The API's front door: ratelimitd decides, over its Unix socket, whether a request may
+reach the matching service. Built from the project's Python client (clients/python):
+its AsyncClient (pipelined, never blocks the event loop) and its ASGI middleware.
 
 Two rules, both token buckets kept by the daemon:
-- the rider's own bucket (key = the X-User-Id header): fairness, one rider cannot take
-  more than its share however hard it refreshes;
-- the matching service's guard (one key for the whole service, refill below the pool's
-  capacity): the aggregate bound that per-rider buckets cannot give when thousands of
-  riders arrive at once, each with a full bucket.
-The rider's bucket is asked first; the guard only for requests the rider's bucket lets
-through, so a rider who is over its own limit never spends the shared budget.
-
-A denied request gets 429 with Retry-After and the rate-limit headers of the rule that
-denied it; an allowed one carries the rider bucket's headers. The client call blocks
-the event loop for one Unix-socket round trip (tens of microseconds): cheaper, on a
-single-threaded server, than handing it to a thread.
+- the rider's own bucket (key = the X-User-Id header), through the client's
+  RateLimitMiddleware: fairness, one rider cannot take more than its share however
+  hard it refreshes; 429 with Retry-After and the RateLimit headers;
+- the matching service's guard (one key for the whole service, refilled below the
+  pool's capacity): the aggregate bound that per-rider buckets cannot give when
+  thousands of riders arrive at once, each with a full bucket.
+Order matters, so that no budget is spent on a request that is refused anyway: the
+guard is first looked at without taking anything (cost 0) and an empty guard refuses
+at once; then the rider's bucket takes its token; then the guard takes one. (Two riders
+racing for the guard's last token can still cost the loser one of its own: rare, and
+on the safe side.)
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from typing import Optional
+from collections import Counter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CLIENTS = os.path.join(HERE, "..", "..", "clients", "python")
-# The client as a package (clients/python/src/ratelimitd) or as one file.
-for p in (os.environ.get("SURGE_CLIENT_PATH", ""), os.path.join(CLIENTS, "src"), CLIENTS):
-    if p and os.path.isdir(p) and p not in sys.path:
-        sys.path.append(p)
+CLIENT_SRC = os.path.join(HERE, "..", "..", "clients", "python", "src")
+if os.path.isdir(CLIENT_SRC) and CLIENT_SRC not in sys.path:
+    sys.path.append(CLIENT_SRC)  # the client from this checkout, not installed
 
-from ratelimitd import Client  # noqa: E402  (the project's client, found above)
+from ratelimitd import AsyncClient, response_headers  # noqa: E402
+from ratelimitd.asgi import RateLimitMiddleware  # noqa: E402
+
+GUARD_KEY = "matching"
+BUSY_BODY = b'{"error": "service busy"}'
 
 
-class FrontDoor:
-    """ASGI middleware: rate-limits paths under `prefix` by rider, then by the guard."""
+class CountingClient(AsyncClient):
+    """The AsyncClient, counting decisions by verdict and source for the report."""
 
-    def __init__(self, app, socket_path: str, rider_rule: str, guard_rule: Optional[str],
-                 prefix: str = "/api/"):
-        self.app = app
-        self.client = Client(socket_path, timeout=0.1, fail_open=True)
-        self.rider_rule = rider_rule
-        self.guard_rule = guard_rule
-        self.prefix = prefix
-        self.sources: dict = {}  # decision source -> count (redis, cache, local, ...)
+    sources: Counter
+
+    async def check_many(self, checks):
+        checks = list(checks)
+        results = await super().check_many(checks)
+        for c, r in zip(checks, results):
+            verdict = "look:" if len(c) > 2 and c[2] == 0 else "allow:" if r.allowed else "deny:"
+            self.sources[verdict + r.source] += 1
+        return results
+
+
+class Guard:
+    """ASGI middleware for the matching service's guard rule: `take=False` only looks
+    (cost 0) and refuses when the guard is empty; `take=True` takes a token."""
+
+    def __init__(self, app, client: AsyncClient, rule: str, take: bool):
+        self.app, self.client, self.rule, self.take = app, client, rule, take
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
+        if scope["type"] != "http" or not scope["path"].startswith("/api/"):
             return await self.app(scope, receive, send)
-        rider = _header(scope, b"x-user-id")
-        if not rider:
-            return await _reply(send, 400, {}, {"error": "X-User-Id header required"})
-        result = self.client.check(self.rider_rule, "rider:" + rider)
-        self._count(result)
-        if result.allowed and self.guard_rule:
-            guard = self.client.check(self.guard_rule, "matching")
-            self._count(guard)
-            if not guard.allowed:
-                return await _reply(send, 429, guard.headers(), {"error": "service busy"})
-        if not result.allowed:
-            return await _reply(send, 429, result.headers(), {"error": "too many requests"})
-        extra = [(k.lower().encode(), v.encode()) for k, v in result.headers().items()]
-
-        async def send_with_headers(message):
-            if message["type"] == "http.response.start":
-                message = dict(message, headers=list(message.get("headers", [])) + extra)
-            await send(message)
-
-        return await self.app(scope, receive, send_with_headers)
-
-    def _count(self, result) -> None:
-        key = ("allow:" if result.allowed else "deny:") + result.source
-        self.sources[key] = self.sources.get(key, 0) + 1
+        r = await self.client.check(self.rule, GUARD_KEY, 1 if self.take else 0)
+        refused = not r.allowed if self.take else (r.remaining < 1 and not r.from_client)
+        if not refused:
+            return await self.app(scope, receive, send)
+        headers = response_headers([r])
+        headers.setdefault("Retry-After", "1")  # a look (cost 0) says allowed: no wait
+        hdrs = [(b"content-type", b"application/json"),
+                (b"content-length", str(len(BUSY_BODY)).encode())]
+        hdrs += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+        await send({"type": "http.response.start", "status": 429, "headers": hdrs})
+        await send({"type": "http.response.body", "body": BUSY_BODY})
 
 
-def _header(scope, name: bytes) -> str:
+def rider_key(scope):
+    """The rider's id from X-User-Id (without one: the peer address); only /api/."""
+    if not scope["path"].startswith("/api/"):
+        return None
     for k, v in scope.get("headers", ()):
-        if k == name:
-            return v.decode("latin-1")
-    return ""
+        if k == b"x-user-id":
+            return "rider:" + v.decode("latin-1")
+    return "addr:" + (scope.get("client") or ("unknown",))[0]
 
 
-async def _reply(send, status: int, headers: dict, body: dict) -> None:
-    payload = json.dumps(body).encode()
-    hdrs = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
-    hdrs += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
-    await send({"type": "http.response.start", "status": status, "headers": hdrs})
-    await send({"type": "http.response.body", "body": payload})
+def front_door(app, socket_path: str, rider_rule: str, guard_rule: str = ""):
+    """`app` behind the limiter; returns (the wrapped app, the decision counters)."""
+    client = CountingClient(socket_path, timeout=0.1, fail_open=True)
+    client.sources = Counter()
+    inner = Guard(app, client, guard_rule, take=True) if guard_rule else app
+    door = RateLimitMiddleware(inner, client=client, rule=rider_rule, key=rider_key,
+                               legacy_headers=True)
+    if guard_rule:
+        door = Guard(door, client, guard_rule, take=False)
+    return door, client.sources

@@ -2,7 +2,7 @@
 queue, the thing the surge overloads and the rate limiter protects.
 
 A call waits for one of `workers` slots, holds it for `service_ms`, and releases it, so
-the pool serves at most workers / service_ms requests per second (8 x 50 ms = 160 RPS).
+the pool serves at most workers / service_ms requests per second (4 x 50 ms = 80 RPS).
 Beyond that, calls queue: a call that finds `queue_max` others already waiting fails at
 once (503, the pool is exhausted), and one that waits longer than `timeout_ms` for a
 worker gives up (504), the way an HTTP handler in front of a saturated connection pool

@@ -6,20 +6,22 @@
 #   examples/surge/run.sh [--users N] [--seconds S] [--mode off|on|redis-killed] [--out DIR]
 #                         [--spawn-rate R] [--wait MIN MAX] [--rider-refill T/S]
 #                         [--guard-rps R] [--guard-burst B] [--processes P]
+#                         [--workers W] [--service-ms MS] [--queue-max Q] [--queue-timeout-ms MS]
 #
 # off: no limiter (the API calls the matching service for every request).
 # on: ratelimitd with a standalone Redis decides every request (limiter.py says how).
 # redis-killed: as on, but Redis is killed a third into the run and restarted at two
 #   thirds; the daemon decides from local buckets meanwhile (on_redis_failure = local).
 # Needs python3 (3.9+) and redis-server; the venv (locust, uvicorn, matplotlib) is made
-# once under $SURGE_VENV (default examples/surge/.venv). The daemon is $RATELIMITD_BIN,
-# else /tmp/rld-bin/ratelimitd if present, else target/release/ratelimitd (built if absent).
+# once by venv.sh. The daemon is $RATELIMITD_BIN, else target/release/ratelimitd (built
+# with cargo if absent).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 USERS=200 SECONDS_=30 MODE=on OUT="" SPAWN="" WAIT_MIN=0.1 WAIT_MAX=0.3
-RIDER_REFILL=0.2 GUARD_RPS=130 GUARD_BURST=8 PROCESSES=1
+RIDER_REFILL=0.2 GUARD_RPS=60 GUARD_BURST=8 PROCESSES=1
+WORKERS=4 SERVICE_MS=50 QUEUE_MAX=1000 QUEUE_TIMEOUT_MS=5000
 while [ $# -gt 0 ]; do
   case "$1" in
     --users) USERS="$2"; shift 2 ;;
@@ -32,25 +34,28 @@ while [ $# -gt 0 ]; do
     --guard-rps) GUARD_RPS="$2"; shift 2 ;;
     --guard-burst) GUARD_BURST="$2"; shift 2 ;;
     --processes) PROCESSES="$2"; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --workers) WORKERS="$2"; shift 2 ;;
+    --service-ms) SERVICE_MS="$2"; shift 2 ;;
+    --queue-max) QUEUE_MAX="$2"; shift 2 ;;
+    --queue-timeout-ms) QUEUE_TIMEOUT_MS="$2"; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 case "$MODE" in off|on|redis-killed) ;; *) echo "run.sh: --mode off|on|redis-killed" >&2; exit 2 ;; esac
-SPAWN="${SPAWN:-$USERS}"   # every rider arrives within the first second: a surge
+# Riders arrive within the first 5 s: a surge. (All in one second measures mostly
+# locust itself starting greenlets and connections.)
+SPAWN="${SPAWN:-$(awk "BEGIN{r=$USERS/5; print (r<1)?1:r}")}"
 OUT="${OUT:-$HERE/results/$MODE}"
 mkdir -p "$OUT/raw"; OUT="$(cd "$OUT" && pwd)"; rm -f "$OUT"/raw/*
 
 # --- tools ---------------------------------------------------------------------------
 VENV="$("$HERE/venv.sh")"
 if [ "$MODE" != off ]; then
-  BIN="${RATELIMITD_BIN:-}"
-  if [ -z "$BIN" ]; then
-    if [ -x /tmp/rld-bin/ratelimitd ]; then BIN=/tmp/rld-bin/ratelimitd
-    else
-      BIN="$ROOT/target/release/ratelimitd"
-      [ -x "$BIN" ] || (cd "$ROOT" && cargo build --release --quiet)
-    fi
+  BIN="${RATELIMITD_BIN:-$ROOT/target/release/ratelimitd}"
+  if [ ! -x "$BIN" ] && [ -z "${RATELIMITD_BIN:-}" ]; then
+    echo "surge: building ratelimitd (cargo build --release)" >&2
+    (cd "$ROOT" && cargo build --release --quiet --bin ratelimitd)
   fi
   command -v redis-server >/dev/null || { echo "run.sh: redis-server not found (apt-get install redis-server)" >&2; exit 1; }
 fi
@@ -69,7 +74,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 free_port() { "$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-cpu_ticks() { [ -r "/proc/$1/stat" ] && sed 's/.*) //' "/proc/$1/stat" | awk '{print $12+$13}' || echo 0; }
+cpu_ticks() { [ -r "/proc/$1/stat" ] && sed 's/.*) //' "/proc/$1/stat" | awk '{print $12+$13}' || echo -1; }
 wait_for() { # wait_for <what> <command...>: up to 10 s
   local what="$1"; shift
   for _ in $(seq 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
@@ -127,7 +132,9 @@ fi
 
 API_PORT="$(free_port)"
 GUARD_RULE=surge_matching; [ "$GUARD_RPS" = 0 ] && GUARD_RULE=""
-(cd "$HERE" && SURGE_RL_SOCKET="$SOCK" SURGE_GUARD_RULE="$GUARD_RULE" exec "$VENV/bin/uvicorn" app:app \
+(cd "$HERE" && SURGE_RL_SOCKET="$SOCK" SURGE_GUARD_RULE="$GUARD_RULE" \
+  SURGE_WORKERS="$WORKERS" SURGE_SERVICE_MS="$SERVICE_MS" SURGE_QUEUE_MAX="$QUEUE_MAX" \
+  SURGE_QUEUE_TIMEOUT_MS="$QUEUE_TIMEOUT_MS" exec "$VENV/bin/uvicorn" app:app \
   --host 127.0.0.1 --port "$API_PORT" --loop uvloop --http httptools --no-access-log \
   --log-level warning --backlog 4096 --timeout-keep-alive 30) >>"$OUT/raw/api.log" 2>&1 &
 API_PID=$!; PIDS+=("$API_PID")
@@ -165,7 +172,8 @@ def t(name):
     return float(open(p).read()) if os.path.exists(p) else None
 t0, t1 = t("started"), t("stopped")
 tick = os.sysconf("SC_CLK_TCK"); wall = t1 - t0
-def share(a, b): return f"{100.0 * (b - a) / tick / wall:.0f} %"
+def share(a, b):  # -1: not running at one end (off mode; Redis restarted mid-run)
+    return "n/a" if a < 0 or b < 0 else f"{100.0 * (b - a) / tick / wall:.0f} %"
 times = open(os.path.join(raw, "locust_times")).read().split("\n")[1].split()
 cpu = sum(float(m) * 60 + float(s) for m, s in (re.match(r"(\d+)m([\d.]+)s", x).groups() for x in times))
 meta = {

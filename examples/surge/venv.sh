@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Makes (once) the virtualenv the surge experiment runs in, and prints its path.
-# $SURGE_VENV, default examples/surge/.venv (ignored by git); remade when the
-# requirements file changes. Packages come from PyPI through pip as configured.
+# $SURGE_VENV, default ~/.cache/ratelimitd-surge/venv (outside the checkout, so fresh
+# clones and CI runs on the same machine reuse it); remade when requirements.txt
+# changes. Packages come from PyPI through pip as configured.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
-VENV="${SURGE_VENV:-$HERE/.venv}"
+VENV="${SURGE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ratelimitd-surge/venv}"
 REQ="$HERE/requirements.txt"
 if [ ! -x "$VENV/bin/locust" ] || ! cmp -s "$REQ" "$VENV/.requirements"; then
   echo "surge: installing locust, uvicorn and matplotlib into $VENV (once)" >&2
