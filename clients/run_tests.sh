@@ -86,7 +86,9 @@ if need go go; then
 fi
 
 if need php php; then
-  out=$(cd clients/php && timeout 300 php test.php 2>&1)
+  # composer install of the example app (the package as a path repository), then every
+  # test against that installed copy; see clients/php/tests/run.php.
+  out=$(cd clients/php && timeout 300 php tests/run.php 2>&1)
   rc=$?
   printf '%s\n' "$out"
   p=$(sed -n 's/^php: \([0-9]*\) passed.*/\1/p' <<<"$out") f=$(sed -n 's/^php: [0-9]* passed, \([0-9]*\) failed/\1/p' <<<"$out")
