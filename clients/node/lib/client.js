@@ -38,9 +38,17 @@ class Client {
     for (const c of items) payload += requestLine(c.rule, c.key, c.cost);
     return new Promise((resolve, reject) => {
       const batch = {
-        items, payload, lines: [], resolve, reject, reused: false, retried: false, done: false, conn: null, timer: null,
+        items,
+        payload,
+        lines: [],
+        resolve,
+        reject,
+        reused: false,
+        retried: false,
+        done: false,
+        conn: null,
+        deadline: Date.now() + this.timeoutMs,
       };
-      batch.timer = setTimeout(() => this._timedOut(batch), this.timeoutMs);
       this._send(batch);
     });
   }
@@ -54,7 +62,9 @@ class Client {
     const sock = net.createConnection(this.path);
     sock.unref();
     sock.setEncoding('latin1');
-    const conn = { sock, buf: '', used: false, closed: false, pending: [] };
+    const conn = {
+      sock, buf: '', used: false, closed: false, pending: [], timer: null, timerAt: 0, corked: false,
+    };
     sock.on('data', (chunk) => this._data(conn, chunk));
     sock.on('error', (e) => this._lost(conn, `${e.code || e.name}: ${e.message}`));
     sock.on('close', () => this._lost(conn, 'ConnectionResetError: daemon closed the connection'));
@@ -67,7 +77,35 @@ class Client {
     batch.conn = conn;
     batch.reused = conn.used;
     conn.pending.push(batch);
+    // Calls made in the same tick go out in one write (fewer syscalls on both sides).
+    if (!conn.corked) {
+      conn.corked = true;
+      conn.sock.cork();
+      process.nextTick(() => {
+        conn.corked = false;
+        conn.sock.uncork();
+      });
+    }
     conn.sock.write(batch.payload);
+    if (!conn.timer || batch.deadline < conn.timerAt) this._arm(conn);
+  }
+
+  // One timer per connection, set for the earliest deadline in flight (not one timer
+  // per call: under load that is most of a call's cost).
+  _arm(conn) {
+    clearTimeout(conn.timer);
+    conn.timer = null;
+    if (conn.closed || conn.pending.length === 0) return;
+    let due = Infinity;
+    for (const b of conn.pending) due = Math.min(due, b.deadline);
+    conn.timerAt = due;
+    conn.timer = setTimeout(() => {
+      conn.timer = null;
+      const now = Date.now();
+      const late = conn.pending.find((b) => b.deadline <= now);
+      if (late) this._timedOut(late);
+      else this._arm(conn);
+    }, Math.max(1, due - Date.now()));
   }
 
   _data(conn, chunk) {
@@ -83,6 +121,10 @@ class Client {
       batch.lines.push(line);
       if (batch.lines.length === batch.items.length) {
         conn.pending.shift();
+        if (conn.pending.length === 0 && conn.timer) {
+          clearTimeout(conn.timer);
+          conn.timer = null;
+        }
         this._finish(batch, null);
       }
     }
@@ -92,6 +134,8 @@ class Client {
   _lost(conn, cause, retry = true) {
     if (conn.closed) return;
     conn.closed = true;
+    clearTimeout(conn.timer);
+    conn.timer = null;
     if (this.conn === conn) this.conn = null;
     conn.sock.destroy();
     const pending = conn.pending;
@@ -110,7 +154,7 @@ class Client {
   _timedOut(batch) {
     const cause = `TimeoutError: no reply within ${this.timeoutMs} ms`;
     const conn = batch.conn;
-    if (conn && !conn.closed && conn.pending.includes(batch)) {
+    if (conn && !conn.closed) {
       // Replies come in order: everything behind a late one is late too, and the
       // connection is out of step. Fail them all, retry none.
       for (const b of conn.pending) this._finish(b, cause);
@@ -122,7 +166,6 @@ class Client {
   _finish(batch, cause) {
     if (batch.done) return;
     batch.done = true;
-    clearTimeout(batch.timer);
     const out = new Array(batch.items.length);
     let bug = null;
     for (let i = 0; i < batch.items.length; i++) {

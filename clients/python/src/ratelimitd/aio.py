@@ -27,19 +27,17 @@ from ._result import (
 
 
 class _Batch:
-    __slots__ = ("payload", "n", "lines", "future", "reused", "retried", "timer")
+    __slots__ = ("payload", "n", "lines", "future", "reused", "retried", "deadline")
 
-    def __init__(self, payload: bytes, n: int, future: "asyncio.Future[Tuple[List[str], Optional[str]]]"):
-        self.payload, self.n, self.future = payload, n, future
+    def __init__(self, payload: bytes, n: int, future: "asyncio.Future[Tuple[List[str], Optional[str]]]",
+                 deadline: float):
+        self.payload, self.n, self.future, self.deadline = payload, n, future, deadline
         self.lines: List[str] = []
         self.reused = self.retried = False
-        self.timer: Optional[asyncio.TimerHandle] = None
 
     def finish(self, cause: Optional[str]) -> None:
         if not self.future.done():
             self.future.set_result((self.lines, cause))
-        if self.timer is not None:
-            self.timer.cancel()
 
 
 class _Conn:
@@ -49,6 +47,16 @@ class _Conn:
         self.used = False  # a reply was read on this connection
         self.closed = False
         self.task: Optional[asyncio.Task] = None  # type: ignore[type-arg]
+        # Requests of one event-loop turn go out in one write (fewer syscalls).
+        self.out: List[bytes] = []
+        # One timer for the earliest deadline in flight, not one per call.
+        self.timer: Optional[asyncio.TimerHandle] = None
+        self.timer_at = 0.0
+
+    def flush(self) -> None:
+        if self.out and not self.closed:
+            self.writer.write(b"".join(self.out))
+        self.out.clear()
 
 
 class AsyncClient:
@@ -77,8 +85,7 @@ class AsyncClient:
             return []
         loop = asyncio.get_running_loop()
         payload = "".join(request_line(r, k, n) for r, k, n in items).encode("ascii")
-        batch = _Batch(payload, len(items), loop.create_future())
-        batch.timer = loop.call_later(self.timeout, self._timed_out, batch)
+        batch = _Batch(payload, len(items), loop.create_future(), loop.time() + self.timeout)
         await self._send(batch)
         lines, cause = await batch.future
         out: List[Result] = []
@@ -114,16 +121,42 @@ class AsyncClient:
     # -- internals -------------------------------------------------------------------
 
     async def _send(self, batch: _Batch) -> None:
-        try:
-            conn = await self._get_conn()
-        except OSError as e:
-            batch.finish(f"{type(e).__name__}: {e}")
-            return
-        if batch.future.done():  # timed out while connecting
-            return
+        loop = asyncio.get_running_loop()
+        conn = self._conn
+        if conn is None or conn.closed or conn.loop is not loop:
+            try:
+                conn = await asyncio.wait_for(self._get_conn(), max(batch.deadline - loop.time(), 0.001))
+            except asyncio.TimeoutError:
+                batch.finish(f"TimeoutError: no connection within {self.timeout}s")
+                return
+            except OSError as e:
+                batch.finish(f"{type(e).__name__}: {e}")
+                return
         batch.reused = conn.used
         conn.pending.append(batch)
-        conn.writer.write(batch.payload)
+        if not conn.out:
+            loop.call_soon(conn.flush)
+        conn.out.append(batch.payload)
+        if conn.timer is None or batch.deadline < conn.timer_at:
+            self._arm(conn)
+
+    def _arm(self, conn: _Conn) -> None:
+        if conn.timer is not None:
+            conn.timer.cancel()
+            conn.timer = None
+        if conn.closed or not conn.pending:
+            return
+        conn.timer_at = min(b.deadline for b in conn.pending)
+        conn.timer = conn.loop.call_at(conn.timer_at, self._tick, conn)
+
+    def _tick(self, conn: _Conn) -> None:
+        conn.timer = None
+        now = conn.loop.time()
+        late = next((b for b in conn.pending if b.deadline <= now), None)
+        if late is not None:
+            self._timed_out(conn, late)
+        else:
+            self._arm(conn)
 
     async def _get_conn(self) -> _Conn:
         loop = asyncio.get_running_loop()
@@ -170,6 +203,9 @@ class AsyncClient:
                     batch.lines.append(line)
                     if len(batch.lines) == batch.n:
                         conn.pending.popleft()
+                        if not conn.pending and conn.timer is not None:
+                            conn.timer.cancel()
+                            conn.timer = None
                         batch.finish(None)
         except (OSError, asyncio.IncompleteReadError) as e:
             cause = f"{type(e).__name__}: {e}"
@@ -181,6 +217,9 @@ class AsyncClient:
         if conn.closed:
             return
         conn.closed = True
+        if conn.timer is not None:
+            conn.timer.cancel()
+            conn.timer = None
         if self._conn is conn:
             self._conn = None
         try:
@@ -199,13 +238,11 @@ class AsyncClient:
             else:
                 batch.finish(cause)
 
-    def _timed_out(self, batch: _Batch) -> None:
+    def _timed_out(self, conn: _Conn, batch: _Batch) -> None:
         cause = f"TimeoutError: no reply within {self.timeout}s"
-        conn = self._conn
-        if conn is not None and batch in conn.pending:
-            # Replies come in order: everything behind a late one is late too, and
-            # the connection is out of step. Fail them all, retry none.
-            for b in conn.pending:
-                b.finish(cause)
-            self._lost(conn, cause, retry=False)
+        # Replies come in order: everything behind a late one is late too, and the
+        # connection is out of step. Fail them all, retry none.
+        for b in conn.pending:
+            b.finish(cause)
+        self._lost(conn, cause, retry=False)
         batch.finish(cause)
