@@ -10,7 +10,9 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.sun.net.httpserver.HttpServer;
+import jakarta.servlet.FilterConfig;
 import java.io.OutputStream;
+import java.lang.reflect.Proxy;
 import java.net.InetSocketAddress;
 import java.net.URI;
 import java.net.http.HttpClient;
@@ -20,6 +22,7 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutorService;
@@ -216,4 +219,37 @@ class DaemonTest {
       }
     }
   }
+
+  @Test
+  void webXmlStyleInitParams() throws Exception {
+    try (TestDaemon d = new TestDaemon()) {
+      Map<String, String> params = Map.of("rule", "api", "socket", d.socket, "timeoutMs", "5000", "legacyHeaders", "true");
+      FilterConfig config =
+          (FilterConfig)
+              Proxy.newProxyInstance(
+                  getClass().getClassLoader(),
+                  new Class<?>[] {FilterConfig.class},
+                  (p, m, args) -> m.getName().equals("getInitParameter") ? params.get((String) args[0]) : null);
+      RateLimitFilter filter = new RateLimitFilter();
+      filter.init(config);
+      try {
+        FakeHttp.Response resp = null;
+        int ran = 0;
+        for (int i = 0; i < 6; i++) {
+          resp = new FakeHttp.Response();
+          boolean[] chain = {false};
+          filter.doFilter(FakeHttp.request("10.0.0.7", "/"), resp.proxy(), (rq, rs) -> chain[0] = true);
+          ran += chain[0] ? 1 : 0;
+        }
+        assertEquals(5, ran, "the key is the client address: 5 pass");
+        assertEquals(429, resp.status);
+        assertEquals("0", resp.headers.get("X-RateLimit-Remaining"));
+        assertThrows(jakarta.servlet.ServletException.class, () -> new RateLimitFilter().init(
+            (FilterConfig) Proxy.newProxyInstance(getClass().getClassLoader(), new Class<?>[] {FilterConfig.class}, (p, m, a) -> null)));
+      } finally {
+        filter.destroy();
+      }
+    }
+  }
 }
+
