@@ -98,11 +98,12 @@ final class StandIn
             return;
         }
         $cmd = [PHP_BINARY, __DIR__ . '/standin.php', $this->socket, $mode, json_encode($replies), $this->dir . '/log'];
-        $this->proc = proc_open($cmd, [0 => ['file', '/dev/null', 'r'], 1 => ['file', '/dev/null', 'w'], 2 => STDERR], $pipes);
+        // Not STDERR itself: PHP would seek it, and with 2>&1 into a file, stdout with it.
+        $this->proc = proc_open($cmd, [0 => ['file', '/dev/null', 'r'], 1 => ['file', '/dev/null', 'w'], 2 => ['file', $this->dir . '/err', 'w']], $pipes);
         for ($i = 0; $i < 1000 && !file_exists($this->dir . '/log.ready'); $i++) {
             usleep(5000);
         }
-        check(file_exists($this->dir . '/log.ready'), 'stand-in listening');
+        check(file_exists($this->dir . '/log.ready'), 'stand-in listening: ' . @file_get_contents($this->dir . '/err'));
     }
 
     /** @return list<string> the request lines it read */
