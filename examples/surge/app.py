@@ -8,7 +8,7 @@ A plain ASGI callable (no framework: on a 2-core machine every microsecond the A
 spends is one the load generator cannot). Served by uvicorn:
     uvicorn --app-dir examples/surge app:app
 Configured through the environment (run.sh sets it):
-    SURGE_WORKERS=4 SURGE_SERVICE_MS=50 SURGE_QUEUE_MAX=1000 SURGE_QUEUE_TIMEOUT_MS=5000
+    SURGE_WORKERS=4 SURGE_SERVICE_MS=50 SURGE_QUEUE_MAX=1000 SURGE_QUEUE_TIMEOUT_MS=2000
     SURGE_RL_SOCKET=<daemon socket>   (absent or empty: no rate limiting)
     SURGE_RIDER_RULE=surge_rider SURGE_GUARD_RULE=surge_matching (empty: no guard)
 """
@@ -30,7 +30,7 @@ matching = MatchingService(
     workers=int(os.environ.get("SURGE_WORKERS", "4")),
     service_ms=float(os.environ.get("SURGE_SERVICE_MS", "50")),
     queue_max=int(os.environ.get("SURGE_QUEUE_MAX", "1000")),
-    timeout_ms=float(os.environ.get("SURGE_QUEUE_TIMEOUT_MS", "5000")),
+    timeout_ms=float(os.environ.get("SURGE_QUEUE_TIMEOUT_MS", "2000")),
 )
 limiter_sources: dict = {}  # decisions by verdict and source, when rate limiting is on
 

@@ -73,6 +73,7 @@ def main(out, dirs):
     top.legend(fontsize=7, loc="upper right", ncol=1 if len(dirs) < 3 else 2)
     bottom.set_ylabel("calls reaching the\nmatching service (per s)")
     bottom.set_xlabel("seconds since the surge began")
+    bottom.set_ylim(bottom=0)
     bottom.grid(True, alpha=0.3)
     bottom.legend(fontsize=7, loc="upper right")
     users = res["params"]["users"]
