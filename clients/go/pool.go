@@ -86,15 +86,18 @@ func (c *conn) exchange(ctx context.Context, payload []byte, n int, deadline tim
 		return false, err
 	}
 	if done := ctx.Done(); done != nil {
-		stop := make(chan struct{})
-		defer close(stop)
+		stop, exited := make(chan struct{}), make(chan struct{})
 		go func() {
+			defer close(exited)
 			select {
 			case <-done:
 				c.nc.SetDeadline(time.Unix(1, 0)) // wakes the blocked read or write now
 			case <-stop:
 			}
 		}()
+		// Wait for the watcher: it must not touch the deadline once the connection is
+		// back in the pool.
+		defer func() { close(stop); <-exited }()
 	}
 	if _, err := c.nc.Write(payload); err != nil {
 		return false, err

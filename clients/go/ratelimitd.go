@@ -26,6 +26,12 @@ import (
 // DefaultSocket is the daemon's default socket path.
 const DefaultSocket = "/run/ratelimitd/ratelimitd.sock"
 
+// Defaults for a Client's zero fields.
+const (
+	DefaultTimeout = 200 * time.Millisecond
+	DefaultMaxIdle = 8
+)
+
 // Check is one request of CheckMany: Cost units (0 to 1,000,000; 0 only reports the
 // state) of Key's budget under the configured rule Rule. Any key is fine: it is
 // percent-encoded.
@@ -40,11 +46,12 @@ type Client struct {
 	// Path of the daemon's socket.
 	Path string
 	// Timeout bounds each Check/CheckMany round trip, connecting included (a ctx
-	// deadline, when sooner, wins).
+	// deadline, when sooner, wins). 0: DefaultTimeout.
 	Timeout time.Duration
 	// FailOpen allows (true) or denies (false) when the daemon cannot answer.
 	FailOpen bool
-	// MaxIdle is how many connections are kept between calls.
+	// MaxIdle is how many connections are kept between calls. 0: DefaultMaxIdle;
+	// negative: none (each call opens its own).
 	MaxIdle int
 
 	pool pool
@@ -53,7 +60,7 @@ type Client struct {
 // New returns a client for the socket at path: 200 ms timeout, fail-open, 8 kept
 // connections.
 func New(path string) *Client {
-	return &Client{Path: path, Timeout: 200 * time.Millisecond, FailOpen: true, MaxIdle: 8}
+	return &Client{Path: path, Timeout: DefaultTimeout, FailOpen: true, MaxIdle: DefaultMaxIdle}
 }
 
 // Check asks for cost units of key's budget under rule. The error is non-nil only for a
@@ -80,7 +87,11 @@ func (c *Client) CheckMany(ctx context.Context, checks []Check) ([]Result, error
 		}
 	}
 	payload := []byte(b.String())
-	deadline := time.Now().Add(c.Timeout)
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	deadline := time.Now().Add(timeout)
 	ctxFirst := false
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline, ctxFirst = d, true
@@ -143,7 +154,7 @@ func (c *Client) CheckMany(ctx context.Context, checks []Check) ([]Result, error
 	}
 	if cn != nil {
 		if cause == nil && inStep {
-			c.pool.put(cn, c.MaxIdle)
+			c.pool.put(cn, c.maxIdle())
 		} else {
 			cn.nc.Close()
 		}
@@ -152,6 +163,13 @@ func (c *Client) CheckMany(ctx context.Context, checks []Check) ([]Result, error
 		return nil, bug
 	}
 	return out, nil
+}
+
+func (c *Client) maxIdle() int {
+	if c.MaxIdle == 0 {
+		return DefaultMaxIdle
+	}
+	return c.MaxIdle
 }
 
 // Close closes the kept connections; later calls open new ones.
