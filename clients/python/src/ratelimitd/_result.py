@@ -71,7 +71,7 @@ def encode_key(key: Key) -> str:
 
 def normalize(checks: Sequence[Check]) -> List[Tuple[str, Key, int]]:
     """(rule, key) or (rule, key, cost) tuples to (rule, key, cost)."""
-    return [(c[0], c[1], int(c[2]) if len(c) > 2 else 1) for c in checks]  # type: ignore[misc]
+    return [(c[0], c[1], int(c[2]) if len(c) > 2 else 1) for c in checks]
 
 
 def request_line(rule: str, key: Key, cost: int) -> str:

@@ -8,13 +8,13 @@ reaching the app, an allowed one reaches the app and its response carries them.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from ._checks import DENY_BODY, ChecksFunc, KeyFunc, RuleSpec, make_checks
 from ._result import Key, response_headers, status_for
 from .client import Client
 
-Environ = dict
+Environ = Dict[str, Any]
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 
