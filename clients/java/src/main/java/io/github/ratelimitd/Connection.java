@@ -35,7 +35,7 @@ final class Connection implements AutoCloseable {
   private Connection(SocketChannel channel, Selector selector) throws IOException {
     this.channel = channel;
     this.selector = selector;
-    this.key = channel.register(selector, 0);
+    this.key = channel.register(selector, SelectionKey.OP_READ);
   }
 
   /** Connects to the socket at path before the deadline (System.nanoTime()). */
@@ -97,8 +97,15 @@ final class Connection implements AutoCloseable {
     return out.size() == n && partial.size() == 0;
   }
 
+  /**
+   * Waits until the channel is ready for op. The key stays interested in OP_READ between
+   * waits (one epoll registration per connection, not one per reply); a write or connect
+   * wait switches it over and back.
+   */
   private void await(int op, long deadline, String what) throws IOException {
-    key.interestOps(op);
+    if (key.interestOps() != op) {
+      key.interestOps(op);
+    }
     try {
       while (true) {
         long left = (deadline - System.nanoTime()) / 1_000_000;
@@ -111,8 +118,8 @@ final class Connection implements AutoCloseable {
         }
       }
     } finally {
-      if (key.isValid()) {
-        key.interestOps(0);
+      if (op != SelectionKey.OP_READ && key.isValid()) {
+        key.interestOps(SelectionKey.OP_READ);
       }
     }
   }
