@@ -11,9 +11,13 @@
 #
 #   bash benches/clients/run.sh [--quick]
 #
-# Environment: RATELIMITD_BIN (default target/release/ratelimitd), DURATION / WARMUP
-# seconds per measurement (default 5 / 1; --quick: 2 / 1), REPEAT (default 2 rounds),
-# IN_FLIGHT (default 64), RL_BENCH_CACHE (where the peers are installed; default
+# Each line alternates ours and the peer in slices (A B B A ...) from one process, so
+# that load from anything else on the machine falls on both alike; its ratio is the
+# median of the per-pair ratios.
+#
+# Environment: RATELIMITD_BIN (default target/release/ratelimitd), SLICE seconds per
+# slice (default 2; --quick 1), PAIRS (default 6; --quick 3), IN_FLIGHT (default 64),
+# RL_BENCH_CACHE (where the peers are installed; default
 # ~/.cache/ratelimitd-bench). Needs redis-server, redis-cli, node + npm, python3; the
 # peers come from npm and PyPI. Starts three redis-servers (a cluster on free
 # loopback ports) and the daemon in a temp dir, and stops them by pid on exit.
@@ -21,9 +25,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-[ "${1:-}" = --quick ] && { : "${DURATION:=2}"; }
-export DURATION=${DURATION:-5} WARMUP=${WARMUP:-1} IN_FLIGHT=${IN_FLIGHT:-64}
-REPEAT=${REPEAT:-2}
+[ "${1:-}" = --quick ] && { : "${SLICE:=1}" "${PAIRS:=3}"; }
+export SLICE=${SLICE:-2} PAIRS=${PAIRS:-6} IN_FLIGHT=${IN_FLIGHT:-64}
 bin=${RATELIMITD_BIN:-$repo/target/release/ratelimitd}
 [ -x "$bin" ] || { echo "run.sh: no daemon at $bin (cargo build --release, or set RATELIMITD_BIN)" >&2; exit 1; }
 cache=${RL_BENCH_CACHE:-${HOME:-/tmp}/.cache/ratelimitd-bench}
@@ -119,32 +122,25 @@ done
 
 # --- measurements -----------------------------------------------------------------
 cp "$here/node_bench.js" "$cache/node/"
-nodev() { (cd "$cache/node" && node node_bench.js "$@"); }
-pyv() { (cd "$work" && "$cache/venv/bin/python" "$here/py_bench.py" "$@"); }
 echo "redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') cluster ${nodes[*]}; daemon $bin; node $(node --version); $("$cache/venv/bin/python" --version)"
 echo "peers: rate-limiter-flexible $(node -p "require('$cache/node/node_modules/rate-limiter-flexible/package.json').version"), ioredis $(node -p "require('$cache/node/node_modules/ioredis/package.json').version"), limits $("$cache/venv/bin/python" -c 'import limits; print(limits.__version__)')"
-echo "in flight: $IN_FLIGHT; $DURATION s per measurement after $WARMUP s warm-up; $REPEAT rounds"
+echo "in flight: $IN_FLIGHT; $PAIRS alternating pairs of $SLICE s slices per line; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 results=$work/results.jsonl
-for round in $(seq 1 "$REPEAT"); do
-  for keys in spread hot; do
-    nodev rld "$work/rl.sock" bench "$keys" | sed "s/^{/{\"round\":$round,\"lang\":\"node\",/" | tee -a "$results"
-    nodev rlf "$node_list" - "$keys" | sed "s/^{/{\"round\":$round,\"lang\":\"node\",/" | tee -a "$results"
-    pyv rld "$work/rl.sock" bench "$keys" | sed "s/^{/{\"round\":$round,\"lang\":\"python\",/" | tee -a "$results"
-    pyv limits "$node_list" - "$keys" | sed "s/^{/{\"round\":$round,\"lang\":\"python\",/" | tee -a "$results"
-  done
+for keys in spread hot; do
+  (cd "$cache/node" && node node_bench.js "$work/rl.sock" bench "$node_list" "$keys") | tee -a "$results"
+  (cd "$work" && "$cache/venv/bin/python" "$here/py_bench.py" "$work/rl.sock" bench "$node_list" "$keys") | tee -a "$results"
 done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 - "$results" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-def get(r, lang, impl, keys):
-    return next(x["decisions_per_s"] for x in rows if (x["round"], x["lang"], x["impl"], x["keys"]) == (r, lang, impl, keys))
+names = {"node": ("Node ratelimitd client", "rate-limiter-flexible"), "python": ("Python AsyncClient", "limits")}
 print()
-print("| round | keys | Node ratelimitd | rate-limiter-flexible | ratio | Python AsyncClient | limits | ratio |")
+print("| keys | ours | decisions/s | peer | decisions/s | ratio (median of pairs) | per-pair ratios | ratelimitd sources |")
 print("|---|---|---|---|---|---|---|---|")
-for r in sorted({x["round"] for x in rows}):
-    for keys in ("spread", "hot"):
-        a, b = get(r, "node", "rld", keys), get(r, "node", "rlf", keys)
-        c, d = get(r, "python", "rld", keys), get(r, "python", "limits", keys)
-        print(f"| {r} | {keys} | {a:,} | {b:,} | {a / b:.2f}× | {c:,} | {d:,} | {c / d:.2f}× |")
+for r in rows:
+    ours, peer = names[r["lang"]]
+    print(f"| {r['keys']} | {ours} | {r['ratelimitd']:,} | {peer} | {r['peer']:,} | {r['ratio']:.2f}× | "
+          f"{', '.join(f'{x:.2f}' for x in r['ratios'])} | {', '.join(f'{k} {v}' for k, v in r['sources'].items())} |")
 PY

@@ -170,10 +170,13 @@ class AsyncClient:
         self._connecting = fut = loop.create_future()
         try:
             reader, writer = await asyncio.open_unix_connection(self.path)
-        except OSError as e:
-            fut.set_exception(e)
+        except BaseException as e:  # OSError, or cancelled by the caller's deadline
+            # Waiters sharing this attempt see an OSError (their fallback), never a
+            # cancellation that is not theirs.
+            fut.set_exception(e if isinstance(e, OSError) else ConnectionError("connect interrupted"))
             fut.exception()  # mark retrieved: waiters re-raise it themselves
-            self._connecting = None
+            if self._connecting is fut:
+                self._connecting = None
             raise
         conn = _Conn(loop, reader, writer)
         conn.task = loop.create_task(self._read(conn))
