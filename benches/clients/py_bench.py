@@ -1,5 +1,5 @@
 """Python: ratelimitd's AsyncClient against limits (async Redis Cluster storage,
-FixedWindowRateLimiter), from one asyncio process, IN_FLIGHT tasks each awaiting one
+FixedWindowRateLimiter; driver LIMITS_IMPL, coredis by default, or redispy), from one asyncio process, IN_FLIGHT tasks each awaiting one
 decision after another. Measured in alternating slices (A B B A ...) of SLICE seconds,
 PAIRS pairs, after a warm-up of each; the ratio is the median of the per-pair ratios.
 
@@ -24,6 +24,8 @@ SLICE = float(os.environ.get("SLICE", 2))
 PAIRS = int(os.environ.get("PAIRS", 5))
 IN_FLIGHT = int(os.environ.get("IN_FLIGHT", 64))
 KEYSPACE = 100000
+# limits' async Redis Cluster driver: "coredis" (its default) or "redispy".
+LIMITS_IMPL = os.environ.get("LIMITS_IMPL", "coredis")
 
 
 def key_of() -> str:
@@ -64,7 +66,8 @@ async def main() -> None:
         if not r.allowed:
             raise RuntimeError(f"denied: {r.source} {r.error}")
 
-    limiter = FixedWindowRateLimiter(storage_from_string("async+redis+cluster://" + node_list))
+    storage = storage_from_string("async+redis+cluster://" + node_list, implementation=LIMITS_IMPL)
+    limiter = FixedWindowRateLimiter(storage)
     item = parse("1000000000/hour")
 
     async def lim(key: str) -> None:
@@ -83,7 +86,7 @@ async def main() -> None:
             errors += errs
     await rl.close()
     ratios = [x / y for x, y in zip(a, b)]
-    print(json.dumps({"lang": "python", "keys": keys, "in_flight": IN_FLIGHT, "ratelimitd": round(median(a)),
+    print(json.dumps({"lang": "python", "peer_driver": LIMITS_IMPL, "keys": keys, "in_flight": IN_FLIGHT, "ratelimitd": round(median(a)),
                       "peer": round(median(b)), "ratio": round(median(ratios), 2),
                       "ratios": [round(r, 2) for r in ratios], "sources": sources, "errors": errors}))
 

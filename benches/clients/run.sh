@@ -4,7 +4,8 @@
 #   Node:   ratelimitd's client (-> daemon -> Redis)  vs  rate-limiter-flexible
 #           (RateLimiterRedis on an ioredis Cluster)
 #   Python: ratelimitd's AsyncClient                  vs  limits (async Redis Cluster
-#           storage, FixedWindowRateLimiter)
+#           storage, FixedWindowRateLimiter), with each of its drivers (coredis, its
+#           default, and redis-py)
 # Keys: "spread" = a random key of 100,000 per decision (a fixed-window rule whose
 # limit is never reached, so every ratelimitd decision is one script call in Redis:
 # the sources seen are printed to prove it); "hot" = one key for every decision.
@@ -50,9 +51,9 @@ mkdir -p "$cache/node" "$cache"
   tgz=$(npm pack --silent "$repo/clients/node" --pack-destination "$work")
   npm install --silent --no-audit --no-fund "$work/$tgz"
 )
-if [ ! -x "$cache/venv/bin/python" ]; then
+if [ ! -x "$cache/venv/bin/python" ] || ! "$cache/venv/bin/python" -c 'import limits, coredis, redis' 2>/dev/null; then
   python3 -m venv "$cache/venv"
-  "$cache/venv/bin/pip" install --quiet --disable-pip-version-check "limits[async-redis]"
+  "$cache/venv/bin/pip" install --quiet --disable-pip-version-check "limits[async-redis]" redis
 fi
 "$cache/venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$repo/clients/python"
 
@@ -128,7 +129,10 @@ echo "in flight: $IN_FLIGHT; $PAIRS alternating pairs of $SLICE s slices per lin
 results=$work/results.jsonl
 for keys in spread hot; do
   (cd "$cache/node" && node node_bench.js "$work/rl.sock" bench "$node_list" "$keys") | tee -a "$results"
-  (cd "$work" && "$cache/venv/bin/python" "$here/py_bench.py" "$work/rl.sock" bench "$node_list" "$keys") | tee -a "$results"
+  for driver in coredis redispy; do # limits' two async Redis Cluster drivers
+    (cd "$work" && LIMITS_IMPL=$driver "$cache/venv/bin/python" "$here/py_bench.py" "$work/rl.sock" bench "$node_list" "$keys") |
+      tee -a "$results"
+  done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -136,11 +140,15 @@ python3 - "$results" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 names = {"node": ("Node ratelimitd client", "rate-limiter-flexible"), "python": ("Python AsyncClient", "limits")}
+for r in rows:
+    if r["lang"] == "python":
+        r["peer_name"] = f"limits ({r['peer_driver']})"
 print()
 print("| keys | ours | decisions/s | peer | decisions/s | ratio (median of pairs) | per-pair ratios | ratelimitd sources |")
 print("|---|---|---|---|---|---|---|---|")
 for r in rows:
     ours, peer = names[r["lang"]]
+    peer = r.get("peer_name", peer)
     print(f"| {r['keys']} | {ours} | {r['ratelimitd']:,} | {peer} | {r['peer']:,} | {r['ratio']:.2f}× | "
           f"{', '.join(f'{x:.2f}' for x in r['ratios'])} | {', '.join(f'{k} {v}' for k, v in r['sources'].items())} |")
 PY

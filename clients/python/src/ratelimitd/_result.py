@@ -4,6 +4,7 @@ Shared by the sync and asyncio clients and both middlewares; no I/O here."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -63,8 +64,13 @@ def ceil_s(ms: int) -> int:
     return -(-int(ms) // 1000)
 
 
+_PLAIN_KEY = re.compile(r"[\x21-\x24\x26-\x7e]+")
+
+
 def encode_key(key: Key) -> str:
     """Percent-encodes every byte outside 0x21..0x7E, and ``%`` itself."""
+    if isinstance(key, str) and _PLAIN_KEY.fullmatch(key):
+        return key  # the common case, nothing to encode
     raw = key.encode("utf-8") if isinstance(key, str) else bytes(key)
     return "".join(chr(b) if 0x21 <= b <= 0x7E and b != 0x25 else "%%%02X" % b for b in raw)
 
@@ -79,23 +85,25 @@ def request_line(rule: str, key: Key, cost: int) -> str:
 
 
 def parse_reply(line: str, rule: str = "") -> Result:
-    """Parses a CHECK reply (six fields, an optional seventh ``window_ms`` (None when
-    absent or not a number), further trailing fields ignored). Raises ``RequestError`` for an ERR reply with a
-    request-error code and ``ReplyError`` for anything else it cannot read."""
+    """Parses a CHECK reply: six fields, an optional seventh ``window_ms`` (None when
+    absent or not a number), further trailing fields ignored. Raises ``RequestError``
+    for an ERR reply with a request-error code and ``ReplyError`` for anything else it
+    cannot read."""
     fields = line.split()
-    if fields[:1] == ["ERR"]:
+    if fields and fields[0] == "ERR":
         code = fields[1] if len(fields) > 1 else "INTERNAL"
         if code in REQUEST_ERRORS:
             raise RequestError(code, " ".join(fields[2:]))
         raise ReplyError(f"daemon said: {line.strip()}")
-    if len(fields) < 6 or fields[0] not in ("ALLOW", "DENY"):
+    if len(fields) < 6 or fields[0] not in ("ALLOW", "DENY") or not line.isascii():
         raise ReplyError(f"unexpected reply {line.strip()!r}")
-    if not all(f.isdigit() and f.isascii() for f in fields[1:5]):
+    limit, remaining, reset_ms, wait_ms = fields[1:5]
+    if not (limit.isdigit() and remaining.isdigit() and reset_ms.isdigit() and wait_ms.isdigit()):
         raise ReplyError(f"unexpected reply {line.strip()!r}")
-    nums = [int(f) for f in fields[1:5]]
     # A seventh field that is not a count (from some later protocol) means "unknown".
-    window = int(fields[6]) if len(fields) > 6 and fields[6].isdigit() and fields[6].isascii() else None
-    return Result(fields[0] == "ALLOW", nums[0], nums[1], nums[2], nums[3], fields[5], rule, None, window)
+    window = int(fields[6]) if len(fields) > 6 and fields[6].isdigit() else None
+    return Result(fields[0] == "ALLOW", int(limit), int(remaining), int(reset_ms), int(wait_ms), fields[5], rule,
+                  None, window)
 
 
 def fallback(rule: str, fail_open: bool, error: str) -> Result:

@@ -76,17 +76,18 @@ class AsyncClient:
 
     async def check(self, rule: str, key: Key, cost: int = 1) -> Result:
         """Asks for ``cost`` units of ``key``'s budget under ``rule``."""
-        return (await self.check_many([(rule, key, cost)]))[0]
+        return (await self._round_trip([(rule, key, int(cost))]))[0]
 
     async def check_many(self, checks: Iterable[Check]) -> List[Result]:
         """Several checks in one round trip; results in the same order."""
         items = normalize(list(checks))
-        if not items:
-            return []
+        return await self._round_trip(items) if items else []
+
+    async def _round_trip(self, items: List[Tuple[str, Key, int]]) -> List[Result]:
         loop = asyncio.get_running_loop()
-        payload = "".join(request_line(r, k, n) for r, k, n in items).encode("ascii")
+        payload = "".join([request_line(r, k, n) for r, k, n in items]).encode("ascii")
         batch = _Batch(payload, len(items), loop.create_future(), loop.time() + self.timeout)
-        await self._send(batch)
+        await self._send(batch, loop)
         lines, cause = await batch.future
         out: List[Result] = []
         bug: Optional[RequestError] = None
@@ -120,8 +121,7 @@ class AsyncClient:
 
     # -- internals -------------------------------------------------------------------
 
-    async def _send(self, batch: _Batch) -> None:
-        loop = asyncio.get_running_loop()
+    async def _send(self, batch: _Batch, loop: asyncio.AbstractEventLoop) -> None:
         conn = self._conn
         if conn is None or conn.closed or conn.loop is not loop:
             try:
@@ -237,7 +237,7 @@ class AsyncClient:
                 # A kept connection closed by a daemon restart or idle timeout: one
                 # retry on a fresh connection.
                 batch.retried = True
-                conn.loop.create_task(self._send(batch))
+                conn.loop.create_task(self._send(batch, conn.loop))
             else:
                 batch.finish(cause)
 
