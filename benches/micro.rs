@@ -5,12 +5,13 @@
 
 use bytes::BytesMut;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use ratelimitd::algorithm::{
-    leaky_bucket, token_bucket, wall_clock_us, Params, State, WindowParams,
-};
-use ratelimitd::cache::{DenyCache, TagKey};
+use ratelimitd::algorithm::{leaky_bucket, token_bucket, Params, State, WindowParams};
+use ratelimitd::cache::DenyCache;
+use ratelimitd::clock::wall_clock_us;
+use ratelimitd::decision::{Decision, Source};
 use ratelimitd::fallback::LocalBuckets;
-use ratelimitd::protocol::{parse, Decision, LineDecoder, Reply, Source};
+use ratelimitd::key::TagKey;
+use ratelimitd::protocol::{parse, LineDecoder, Reply};
 use tokio_util::codec::Decoder;
 
 fn protocol(c: &mut Criterion) {

@@ -6,33 +6,10 @@
 //! for requests of the same cost: a cached answer can never admit anything Redis would
 //! not, and stays exact for the cost it was computed for.
 
-use crate::protocol::{Decision, Source};
+use crate::decision::{Decision, Source};
+use crate::key::Hasher;
 use moka::sync::Cache;
 use std::time::Duration;
-
-/// The caches' hasher: foldhash (seeded per process), several times cheaper than
-/// SipHash on short keys.
-pub type Hasher = foldhash::quality::RandomState;
-
-/// Turns a `"<rule>:<key>"` tag into the 128-bit key the caches store: two independently
-/// seeded 64-bit foldhash hashes. A fixed 16-byte key instead of the string saves an
-/// allocation and ~40 bytes per entry. Two tags share an entry only if both hashes
-/// collide (probability about n²/2¹²⁹, ~10⁻²⁷ for a million keys, with seeds an attacker
-/// does not know); even then the keys would share one budget: fewer admissions, never
-/// more than a limit.
-#[derive(Default)]
-pub struct TagKey {
-    high: Hasher,
-    low: Hasher,
-}
-
-impl TagKey {
-    /// The cache key of `tag`.
-    pub fn of(&self, tag: &str) -> u128 {
-        use std::hash::BuildHasher;
-        (u128::from(self.high.hash_one(tag)) << 64) | u128::from(self.low.hash_one(tag))
-    }
-}
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -130,6 +107,7 @@ impl DenyCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::key::TagKey;
 
     const T0: f64 = 1_700_000_000_000_000.0;
 

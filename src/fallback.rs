@@ -9,9 +9,9 @@
 //! * `deny`: DENY (source `fail_closed`).
 
 use crate::algorithm::{Params, State};
-use crate::cache::Hasher;
 use crate::config::{OnRedisFailure, Rule};
-use crate::protocol::{Decision, Source};
+use crate::decision::{Decision, Source};
+use crate::key::Hasher;
 use moka::sync::Cache;
 use std::sync::{Arc, Mutex};
 
@@ -35,10 +35,10 @@ impl LocalBuckets {
         }
     }
 
-    /// Decides `cost` units for `key` (the [`crate::cache::TagKey`] of `"<rule>:<key>"`)
+    /// Decides `cost` units for `key` (the [`crate::key::TagKey`] of `"<rule>:<key>"`)
     /// at `now_us`, the host's wall clock (µs since the
     /// epoch, so windows align as in Redis; a clock stepping back counts as standing
-    /// still). `limit` is the rule's capacity/limit, reported as is (CONTRACT §1), even
+    /// still). `limit` is the rule's capacity/limit, reported as is (docs/PROTOCOL.md), even
     /// when `params` is a share of it.
     pub fn decide(
         &self,
@@ -118,14 +118,15 @@ pub fn decide_without_redis(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Algorithm;
+    use crate::algorithm::{Algorithm, Kind, Per};
 
     fn rule(on: OnRedisFailure, hosts: u32) -> Rule {
         Rule::new(
             "r".into(),
-            Algorithm::TokenBucket {
-                capacity: 20,
-                refill_rate: 0.001,
+            Algorithm {
+                kind: Kind::TokenBucket,
+                limit: 20,
+                per: Per::Rate(0.001),
             },
             on,
             hosts,
@@ -149,9 +150,10 @@ mod tests {
         let local = LocalBuckets::new(100);
         let r = Rule::new(
             "q".into(),
-            Algorithm::FixedWindow {
+            Algorithm {
+                kind: Kind::FixedWindow,
                 limit: 3,
-                window_ms: 86_400_000,
+                per: Per::WindowMs(86_400_000),
             },
             OnRedisFailure::Local,
             4,

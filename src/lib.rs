@@ -1,33 +1,37 @@
 //! ratelimitd: a per-host rate-limit sidecar.
 //!
 //! Applications ask over a Unix socket, with a one-line protocol, whether a key may do
-//! something now (`CHECK rides_request user:42` → `ALLOW 20 19 100 0 redis`). The
+//! something now (`CHECK rides_request user:42` → `ALLOW 20 19 100 0 redis 2000`). The
 //! daemon decides atomically in Redis (Cluster) with Lua scripts run by EVALSHA,
 //! remembers recent denials in a deny cache, and falls back to conservative local
-//! buckets when Redis is unreachable. The external interface is `CONTRACT.md`;
-//! `docs/` explains the design.
+//! buckets when Redis is unreachable. `docs/PROTOCOL.md` is the interface;
+//! `docs/DESIGN.md` maps the modules and walks one request through them.
 //!
-//! Modules, one concern each:
+//! Modules, one concern each (shared types first, then from the wire inwards):
+//! * [`decision`], [`key`], [`clock`], [`throttle`]: what every layer shares;
 //! * [`protocol`]: line framing, request parsing, reply encoding (pure);
-//! * [`config`]: the TOML configuration and its validation;
-//! * [`algorithm`]: the algorithms as pure functions (Lua twins in `lua/`);
-//! * [`store`]: the Redis client;
-//! * [`cache`]: the deny cache;
-//! * [`circuit`]: the Redis circuit breaker;
-//! * [`fallback`]: local buckets, fail-open, fail-closed;
-//! * [`limiter`]: the decision flow tying those together;
+//! * [`config`]: the TOML configuration, its validation, what a reload changes;
+//! * [`algorithm`]: the algorithms as pure functions and their table (Lua twins in `lua/`);
+//! * [`limiter`]: the decision flow: deny cache → Redis → local;
+//! * [`cache`]: the deny cache; [`fallback`]: local buckets, fail-open, fail-closed;
+//! * [`store`]: Redis: client, scripts, health (circuit and prober);
+//! * [`server`]: the socket, connections, dispatch of a line to the limiter;
 //! * [`metrics`]: Prometheus metrics (opt-in);
-//! * [`server`]: the socket, connections, shutdown;
-//! * [`systemd`]: socket activation, `sd_notify` readiness, status and watchdog.
+//! * [`daemon`]: start-up, signals, reload, shutdown; [`systemd`]: notify, watchdog,
+//!   socket activation.
 
 pub mod algorithm;
 pub mod cache;
-pub mod circuit;
+pub mod clock;
 pub mod config;
+pub mod daemon;
+pub mod decision;
 pub mod fallback;
+pub mod key;
 pub mod limiter;
 pub mod metrics;
 pub mod protocol;
 pub mod server;
 pub mod store;
 pub mod systemd;
+pub mod throttle;

@@ -7,7 +7,8 @@
 //! lookup. Rarer events (error replies, Redis errors, transitions) look their series up
 //! by label when they happen. `docs/METRICS.md` documents each series.
 
-use crate::protocol::{Decision, ErrorCode, Source};
+use crate::decision::{Decision, Source};
+use crate::protocol::ErrorCode;
 use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use std::net::SocketAddr;
@@ -40,22 +41,27 @@ const REDIS_BUCKETS: [f64; 14] = [
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 ];
 
+/// Why the metrics endpoint could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct InstallError(String);
+
 /// Installs the Prometheus recorder and its HTTP listener on `listen` (every path
 /// answers with the metrics). Must run inside the tokio runtime, before rules are
 /// registered ([`DecisionCounters::new`]).
 ///
 /// # Errors
 /// The address cannot be bound, or a recorder is already installed.
-pub fn install(listen: SocketAddr) -> Result<(), String> {
+pub fn install(listen: SocketAddr) -> Result<(), InstallError> {
     PrometheusBuilder::new()
         .with_http_listener(listen)
         .set_buckets_for_metric(
             metrics_exporter_prometheus::Matcher::Full(REDIS_SECONDS.into()),
             &REDIS_BUCKETS,
         )
-        .map_err(|e| e.to_string())?
+        .map_err(|e| InstallError(e.to_string()))?
         .install()
-        .map_err(|e| format!("metrics.listen = {listen}: {e}"))?;
+        .map_err(|e| InstallError(format!("metrics.listen = {listen}: {e}")))?;
     describe();
     gauge!(CIRCUIT_OPEN).set(0.0);
     Ok(())
@@ -81,29 +87,11 @@ pub struct DecisionCounters {
     by: [[Counter; 5]; 2],
 }
 
-const SOURCES: [Source; 5] = [
-    Source::Redis,
-    Source::Cache,
-    Source::Local,
-    Source::FailOpen,
-    Source::FailClosed,
-];
-
-fn source_index(s: Source) -> usize {
-    match s {
-        Source::Redis => 0,
-        Source::Cache => 1,
-        Source::Local => 2,
-        Source::FailOpen => 3,
-        Source::FailClosed => 4,
-    }
-}
-
 impl DecisionCounters {
     /// Registers the counters of rule `rule` (no-ops when metrics are off).
     pub fn new(rule: &str) -> Self {
         let row = |verdict: &'static str| {
-            SOURCES.map(|s| {
+            Source::ALL.map(|s| {
                 counter!(DECISIONS, "rule" => rule.to_owned(), "verdict" => verdict, "source" => s.as_str())
             })
         };
@@ -114,7 +102,7 @@ impl DecisionCounters {
 
     /// Counts one decision.
     pub fn record(&self, d: &Decision) {
-        self.by[usize::from(d.allowed)][source_index(d.source)].increment(1);
+        self.by[usize::from(d.allowed)][d.source.index()].increment(1);
     }
 }
 

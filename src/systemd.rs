@@ -16,17 +16,17 @@
 //!   then `READY=1` around a SIGHUP reload; `STOPPING=1` when shutdown begins; `STATUS=`
 //!   lines saying what serves and whether Redis is connected.
 //! * **Watchdog** ([`supervise`]): `WATCHDOG=1` every half `WATCHDOG_USEC`, sent by a task
-//!   on the serving tokio runtime after a round trip through the request path, so a
-//!   runtime whose workers are all wedged stops pinging and systemd restarts it.
+//!   on the serving tokio runtime, so a runtime whose workers are all wedged stops
+//!   pinging and systemd restarts it.
 
-use crate::circuit::Circuit;
 use crate::config::RedisMode;
-use crate::limiter::Limiter;
+use crate::store::health::Circuit;
+use crate::throttle::Throttle;
 use sd_notify::NotifyState;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// Why the sockets passed by systemd cannot be served.
@@ -136,12 +136,13 @@ fn check_listening_stream(fd: RawFd) -> Result<(), ActivationError> {
 /// Sends `states` to the service manager if `NOTIFY_SOCKET` is set. A failure is logged
 /// (once as a warning, then at debug level): notifications never stop the daemon.
 fn send(states: &[NotifyState]) {
-    static WARNED: AtomicBool = AtomicBool::new(false);
+    static WARNED: OnceLock<Throttle> = OnceLock::new();
     if let Err(e) = sd_notify::notify(states) {
-        if WARNED.swap(true, Ordering::Relaxed) {
-            tracing::debug!(error = %e, "sd_notify failed");
-        } else {
+        let once = WARNED.get_or_init(|| Throttle::new(Duration::MAX));
+        if once.admit().is_some() {
             tracing::warn!(error = %e, "cannot notify systemd (NOTIFY_SOCKET)");
+        } else {
+            tracing::debug!(error = %e, "sd_notify failed");
         }
     }
 }
@@ -268,10 +269,9 @@ const STATUS_POLL: Duration = Duration::from_millis(250);
 /// Runs until aborted: sends `WATCHDOG=1` every `watchdog / 2` (if any) and a new
 /// `STATUS=` line whenever it changes (e.g. the Redis circuit opens or closes).
 ///
-/// Spawn it on the runtime that serves the socket: each ping follows a `PING` decided by
-/// `limiter` (the same entry point connections use) on that runtime, so pings stop when
-/// the runtime no longer runs tasks and systemd restarts the daemon after `WatchdogSec=`.
-pub async fn supervise(status: Arc<Status>, limiter: Arc<Limiter>, watchdog: Option<Duration>) {
+/// Spawn it on the runtime that serves the socket: pings stop when that runtime no
+/// longer runs tasks, and systemd restarts the daemon after `WatchdogSec=`.
+pub async fn supervise(status: Arc<Status>, watchdog: Option<Duration>) {
     let mut last = status.line();
     let mut status_tick = tokio::time::interval(STATUS_POLL);
     status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -294,17 +294,7 @@ pub async fn supervise(status: Arc<Status>, limiter: Arc<Limiter>, watchdog: Opt
                     Some(t) => drop(t.tick().await),
                     None => std::future::pending().await,
                 }
-            } => {
-                let (reply, _) = limiter.handle(b"PING");
-                let reply = reply.await;
-                let mut out = bytes::BytesMut::new();
-                reply.encode(&mut out);
-                if out.as_ref() == b"PONG\n" {
-                    send(&[NotifyState::Watchdog]);
-                } else {
-                    tracing::warn!(reply = %String::from_utf8_lossy(&out).trim_end(), "watchdog self-check failed; not pinging systemd");
-                }
-            }
+            } => send(&[NotifyState::Watchdog]),
         }
     }
 }

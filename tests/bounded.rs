@@ -3,10 +3,12 @@
 //! their configured number of entries, evicting the rest. (The 10-million-key RSS
 //! figure is a measurement, in docs/PERFORMANCE.md, not a test.)
 
-use ratelimitd::algorithm::{token_bucket, wall_clock_us, Params};
-use ratelimitd::cache::{DenyCache, TagKey};
+use ratelimitd::algorithm::{token_bucket, Params};
+use ratelimitd::cache::DenyCache;
+use ratelimitd::clock::wall_clock_us;
+use ratelimitd::decision::{Decision, Source};
 use ratelimitd::fallback::LocalBuckets;
-use ratelimitd::protocol::{Decision, Source};
+use ratelimitd::key::TagKey;
 use std::time::{Duration, Instant};
 
 const MAX: u64 = 1000;

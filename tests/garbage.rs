@@ -205,10 +205,11 @@ fn random_byte_lines_get_one_reply_each_and_the_daemon_keeps_serving() {
 mod stream_property {
     use bytes::BytesMut;
     use proptest::prelude::*;
-    use ratelimitd::circuit::Circuit;
     use ratelimitd::config::Config;
-    use ratelimitd::limiter::{Limiter, Pending};
+    use ratelimitd::limiter::Limiter;
     use ratelimitd::protocol::{ErrorCode, Frame, LineDecoder, ProtoError, Reply};
+    use ratelimitd::server::dispatch::{handle, Pending};
+    use ratelimitd::store::health::Circuit;
     use std::sync::Arc;
     use tokio_util::codec::Decoder;
 
@@ -249,7 +250,7 @@ mod stream_property {
             let answer = |frame: Frame, out: &mut BytesMut| {
                 let reply = match frame {
                     Frame::TooLong => Reply::Error(ProtoError::new(ErrorCode::TooLong, "too long")),
-                    Frame::Line(l) => match limiter.handle(&l).0 {
+                    Frame::Line(l) => match handle(limiter, &l).0 {
                         Pending::Ready(Some(r)) => r,
                         _ => panic!("mode none answers at once"),
                     },

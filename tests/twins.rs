@@ -13,7 +13,7 @@ mod reference;
 use common::*;
 use proptest::prelude::*;
 use ratelimitd::algorithm::{self, leaky_bucket, token_bucket, Params, WindowParams};
-use ratelimitd::store::redis;
+use ratelimitd::algorithm::{fixed_window, sliding_window_counter, sliding_window_log};
 use reference::{Algo, Model};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -49,7 +49,7 @@ fn lua_call(params: &Params, cost: u64) -> (&'static str, Vec<String>) {
     };
     match params {
         Params::TokenBucket(p) => (
-            redis::TOKEN_BUCKET_LUA,
+            token_bucket::SPEC.lua,
             vec![
                 format!("{:.0}", p.capacity),
                 p.refill_rate.to_string(),
@@ -57,12 +57,12 @@ fn lua_call(params: &Params, cost: u64) -> (&'static str, Vec<String>) {
             ],
         ),
         Params::LeakyBucket(p) => (
-            redis::LEAKY_BUCKET_LUA,
+            leaky_bucket::SPEC.lua,
             vec![format!("{:.0}", p.capacity), p.leak_rate.to_string(), micro],
         ),
-        Params::FixedWindow(w) => (redis::FIXED_WINDOW_LUA, window(w)),
-        Params::SlidingWindowLog(w) => (redis::SLIDING_WINDOW_LOG_LUA, window(w)),
-        Params::SlidingWindowCounter(w) => (redis::SLIDING_WINDOW_COUNTER_LUA, window(w)),
+        Params::FixedWindow(w) => (fixed_window::SPEC.lua, window(w)),
+        Params::SlidingWindowLog(w) => (sliding_window_log::SPEC.lua, window(w)),
+        Params::SlidingWindowCounter(w) => (sliding_window_counter::SPEC.lua, window(w)),
     }
 }
 

@@ -11,9 +11,10 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use ratelimitd::circuit::Circuit;
 use ratelimitd::config::Config;
-use ratelimitd::limiter::{Limiter, Pending};
+use ratelimitd::limiter::Limiter;
+use ratelimitd::server::dispatch::{handle, Pending};
+use ratelimitd::store::health::Circuit;
 use ratelimitd::protocol::{ErrorCode, Frame, LineDecoder, ProtoError, Reply};
 use std::sync::{Arc, OnceLock};
 use tokio_util::codec::Decoder;
@@ -47,7 +48,7 @@ fn reply_for(frame: Frame, max: usize) -> Reply {
         )),
         Frame::Line(line) => {
             assert!(line.len() <= max, "a line longer than the limit got through");
-            match limiter().handle(&line).0 {
+            match handle(limiter(), &line).0 {
                 Pending::Ready(Some(reply)) => reply,
                 _ => panic!("mode none must answer at once"),
             }

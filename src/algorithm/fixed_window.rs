@@ -1,10 +1,22 @@
 //! Fixed window: units are counted per window of `window` µs aligned to the Unix epoch
 //! (a `1m` window starts on whole minutes); a request is allowed if the window's count
-//! plus its `cost` stays within `limit` (CONTRACT §2). Cheapest in memory (one count),
+//! plus its `cost` stays within `limit` (docs/PROTOCOL.md, "Algorithms"). Cheapest in memory (one count),
 //! but up to 2 × `limit` can pass around a window boundary. The twin is
 //! `lua/fixed_window.lua`.
 
-use super::{ceil_ms, Outcome, WindowParams};
+use super::{ceil_ms, Family, Outcome, Spec, WindowParams, MAX_LIMIT};
+
+/// This algorithm's entry in the table (`super::registry`).
+pub const SPEC: Spec = super::spec!(
+    "fixed_window",
+    "fw",
+    Family::Window {
+        max_limit: MAX_LIMIT
+    }
+);
+
+/// Parameters: `limit` per `window`.
+pub type Params = WindowParams;
 
 /// What a key remembers: the count of the window it was last admitted in.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -44,21 +56,12 @@ pub fn decide(
     // The window's end empties the count: exact, no rounding to settle.
     let to_end = ceil_ms(start + p.window - now);
     let reset = if count > 0.0 { to_end } else { 0.0 };
-    let wait = if allowed {
-        0.0
-    } else if cost > p.limit {
-        reset.max(1.0)
-    } else {
-        to_end
-    };
-    let outcome = Outcome {
-        allowed,
-        remaining: (p.limit - count).floor().max(0.0) as u64,
-        reset_ms: reset as u64,
-        wait_ms: wait as u64,
-    };
+    let wait = super::wait(allowed, cost > p.limit, reset, || to_end);
+    let outcome = Outcome::new(allowed, p.limit - count, reset, wait);
     (outcome, write)
 }
+
+super::decide_in_place!();
 
 #[cfg(test)]
 mod tests {

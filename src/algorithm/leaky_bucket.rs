@@ -2,7 +2,7 @@
 //! units drains continuously at `leak_rate` units/s. A request is allowed if the queue
 //! level plus its `cost` fits in `capacity`; it then joins the queue, and its reply's
 //! `wait_ms` is the level before it ÷ `leak_rate`: a caller who waits that long before
-//! doing the work runs at the constant `leak_rate` (CONTRACT §2; the "leaky bucket as a
+//! doing the work runs at the constant `leak_rate` (docs/PROTOCOL.md, "Algorithms"; the "leaky bucket as a
 //! queue" of Tanenbaum, *Computer Networks*, §5.4, driven like GCRA). A full queue is a
 //! DENY with `wait_ms` = the time until there is room for `cost`. A new key is empty.
 //!
@@ -10,7 +10,10 @@
 //! **µs**, so `leak_rate` units/s is exactly `leak_rate` µ-units/µs. The twin is
 //! `lua/leaky_bucket.lua`.
 
-use super::{ceil_ms, settle, Outcome, MICRO};
+use super::{ceil_ms, settle, Family, Outcome, Spec, MICRO};
+
+/// This algorithm's entry in the table (`super::registry`).
+pub const SPEC: Spec = super::spec!("leaky_bucket", "lb", Family::Bucket { rate: "leak_rate" });
 
 /// Parameters of one queue.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -84,14 +87,11 @@ pub fn decide(state: Option<State>, now: f64, p: &Params, cost: u64) -> (Outcome
             })
         };
     }
-    let outcome = Outcome {
-        allowed,
-        remaining: ((cap - level) / MICRO).floor().max(0.0) as u64,
-        reset_ms: reset as u64,
-        wait_ms: wait as u64,
-    };
+    let outcome = Outcome::new(allowed, (cap - level) / MICRO, reset, wait);
     (outcome, write)
 }
+
+super::decide_in_place!();
 
 #[cfg(test)]
 mod tests {

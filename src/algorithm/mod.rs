@@ -1,4 +1,4 @@
-//! Rate-limit algorithms as pure functions of `(state, now, params, cost)` (CONTRACT §2).
+//! Rate-limit algorithms as pure functions of `(state, now, params, cost)` (docs/PROTOCOL.md, "Algorithms").
 //!
 //! Each algorithm has a Lua twin in `lua/` that Redis runs with EVALSHA; the two are
 //! written operation for operation alike (IEEE doubles, the same order of operations),
@@ -15,14 +15,22 @@
 //!   ([`settle`] makes the closed-form answer exact against floating-point rounding);
 //! * a request that can never pass (its cost above a fallback share of the limit) is a
 //!   DENY with `wait_ms = max(reset_ms, 1)`.
+//!
+//! Adding an algorithm: its file here (the decision function and its `SPEC`: config
+//! name, Redis key suffix, Lua twin, parameter family), its Lua twin in `lua/`, and one
+//! line in the table of [`registry`]. The config, the store and the fallback read
+//! everything else from that table.
 
 pub mod fixed_window;
 pub mod leaky_bucket;
+mod params;
+mod registry;
 pub mod sliding_window_counter;
 pub mod sliding_window_log;
 pub mod token_bucket;
 
-use std::time::{SystemTime, UNIX_EPOCH};
+pub use params::{bucket_share, Algorithm, Arg, Per, Shape, WindowParams};
+pub use registry::{Kind, Params, State};
 
 /// Micro-units per unit: bucket levels are counted in µ-units so that state values stay
 /// integers (exact in doubles) while rates are fractional.
@@ -42,164 +50,118 @@ pub struct Outcome {
     pub wait_ms: u64,
 }
 
-/// One host's share of a bucket: `capacity` units in µ-units and `rate` units/s, each
-/// divided by `hosts` (capacity floored to whole µ-units: never above the share).
-pub fn bucket_share(capacity: u64, rate: f64, hosts: u32) -> (f64, f64) {
-    let hosts = f64::from(hosts.max(1));
-    ((capacity as f64 * MICRO / hosts).floor(), rate / hosts)
-}
-
-/// `limit` and `window` of the three window algorithms.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct WindowParams {
-    /// Units allowed per window: the rule's `limit`, or `limit ÷ hosts` for a local
-    /// fallback (then possibly fractional: `10 ÷ 4 = 2.5` admits 2).
-    pub limit: f64,
-    /// Window length in µs (a whole number of ms, ≥ 1 ms).
-    pub window: f64,
-}
-
-impl WindowParams {
-    /// `limit` units per `window_ms`, shared by `hosts` hosts (each gets `limit ÷ hosts`;
-    /// the window stays the same).
-    pub fn shared(limit: u64, window_ms: u64, hosts: u32) -> Self {
-        WindowParams {
-            limit: limit as f64 / f64::from(hosts.max(1)),
-            window: window_ms as f64 * 1000.0,
+impl Outcome {
+    /// An outcome from the algorithms' doubles: `remaining` units (floored, at least 0),
+    /// `reset` and `wait` in whole ms.
+    pub(crate) fn new(allowed: bool, remaining: f64, reset: f64, wait: f64) -> Self {
+        Outcome {
+            allowed,
+            remaining: remaining.floor().max(0.0) as u64,
+            reset_ms: reset as u64,
+            wait_ms: wait as u64,
         }
     }
 }
 
-/// The parameters of one rule's algorithm, ready for a decision.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Params {
-    /// [`token_bucket`].
-    TokenBucket(token_bucket::Params),
-    /// [`leaky_bucket`].
-    LeakyBucket(leaky_bucket::Params),
-    /// [`fixed_window`].
-    FixedWindow(WindowParams),
-    /// [`sliding_window_log`].
-    SlidingWindowLog(WindowParams),
-    /// [`sliding_window_counter`].
-    SlidingWindowCounter(WindowParams),
+/// `wait_ms` of a decision, by the convention every algorithm shares: 0 when allowed;
+/// `max(reset, 1)` for a request that can never pass (`never`: its cost above the
+/// limit); otherwise `until()`, the algorithm's own answer.
+pub(crate) fn wait(allowed: bool, never: bool, reset: f64, until: impl FnOnce() -> f64) -> f64 {
+    if allowed {
+        0.0
+    } else if never {
+        reset.max(1.0)
+    } else {
+        until()
+    }
 }
 
-/// What one key remembers between decisions, per algorithm.
-#[derive(Debug, Clone, PartialEq)]
-pub enum State {
-    /// [`token_bucket::State`].
-    TokenBucket(token_bucket::State),
-    /// [`leaky_bucket::State`].
-    LeakyBucket(leaky_bucket::State),
-    /// [`fixed_window::State`].
-    FixedWindow(fixed_window::State),
-    /// [`sliding_window_log::Log`].
-    SlidingWindowLog(sliding_window_log::Log),
-    /// [`sliding_window_counter::State`].
-    SlidingWindowCounter(sliding_window_counter::State),
-}
-
-impl Params {
-    /// True if a request of `cost` units can ever be allowed under these parameters
-    /// (false when `cost` exceeds a host's fallback share of the limit).
-    pub fn can_ever_pass(&self, cost: u64) -> bool {
-        let cost = cost as f64;
-        match self {
-            Params::TokenBucket(p) => cost * MICRO <= p.capacity,
-            Params::LeakyBucket(p) => cost * MICRO <= p.capacity,
-            Params::FixedWindow(w)
-            | Params::SlidingWindowLog(w)
-            | Params::SlidingWindowCounter(w) => cost <= w.limit,
+/// A `SPEC` entry: `spec!("name", "suffix", family)`; the Lua twin is
+/// `lua/prelude.lua` followed by `lua/<name>.lua`.
+macro_rules! spec {
+    ($name:literal, $suffix:literal, $family:expr) => {
+        $crate::algorithm::Spec {
+            name: $name,
+            suffix: $suffix,
+            lua: concat!(
+                include_str!("../../lua/prelude.lua"),
+                include_str!(concat!("../../lua/", $name, ".lua"))
+            ),
+            family: $family,
         }
-    }
+    };
+}
+pub(crate) use spec;
 
-    /// Decides `cost` units at `now` µs against `state` (`None`: a key never seen) and
-    /// updates `state` in place. A state of another algorithm (the rule was changed by a
-    /// reload) counts as a new key.
-    pub fn decide(&self, state: &mut Option<State>, now: f64, cost: u64) -> Outcome {
-        match self {
-            Params::TokenBucket(p) => {
-                let old = match state {
-                    Some(State::TokenBucket(s)) => Some(*s),
-                    _ => None,
-                };
-                let (o, new) = token_bucket::decide(old, now, p, cost);
-                if let Some(s) = new {
-                    *state = Some(State::TokenBucket(s));
-                }
-                o
-            }
-            Params::LeakyBucket(p) => {
-                let old = match state {
-                    Some(State::LeakyBucket(s)) => Some(*s),
-                    _ => None,
-                };
-                let (o, new) = leaky_bucket::decide(old, now, p, cost);
-                if let Some(s) = new {
-                    *state = Some(State::LeakyBucket(s));
-                }
-                o
-            }
-            Params::FixedWindow(p) => {
-                let old = match state {
-                    Some(State::FixedWindow(s)) => Some(*s),
-                    _ => None,
-                };
-                let (o, new) = fixed_window::decide(old, now, p, cost);
-                if let Some(s) = new {
-                    *state = Some(State::FixedWindow(s));
-                }
-                o
-            }
-            Params::SlidingWindowLog(p) => {
-                if !matches!(state, Some(State::SlidingWindowLog(_))) {
-                    *state = Some(State::SlidingWindowLog(sliding_window_log::Log::default()));
-                }
-                let Some(State::SlidingWindowLog(log)) = state else {
-                    unreachable!("set just above")
-                };
-                let (o, change) = sliding_window_log::decide(log, now, p, cost);
-                change.apply(log);
-                o
-            }
-            Params::SlidingWindowCounter(p) => {
-                let old = match state {
-                    Some(State::SlidingWindowCounter(s)) => Some(*s),
-                    _ => None,
-                };
-                let (o, new) = sliding_window_counter::decide(old, now, p, cost);
-                if let Some(s) = new {
-                    *state = Some(State::SlidingWindowCounter(s));
-                }
-                o
-            }
+/// Largest capacity/limit accepted: keeps micro-token arithmetic exact in doubles.
+pub const MAX_LIMIT: u64 = 1_000_000_000;
+
+/// Largest `limit` of a `sliding_window_log`: its log holds up to `limit` entries per
+/// key and each decision reads them all (use `sliding_window_counter` above this).
+pub const MAX_LOG_LIMIT: u64 = 10_000;
+
+/// Longest `window`: 30 days, ms.
+pub const MAX_WINDOW_MS: u64 = 30 * 24 * 3600 * 1000;
+
+/// What one algorithm is, outside its decision function: the entry of the algorithm
+/// table ([`Kind`]). Each algorithm file declares its own `SPEC`.
+#[derive(Debug)]
+pub struct Spec {
+    /// The `algorithm` value in the config.
+    pub name: &'static str,
+    /// The suffix of its Redis keys (`<prefix>:{<rule>:<key>}:<suffix>`): a rule whose
+    /// algorithm a reload changed never reads another algorithm's state.
+    pub suffix: &'static str,
+    /// The Lua twin Redis runs: `lua/prelude.lua` then the algorithm's own file.
+    pub lua: &'static str,
+    /// Which parameters a rule gives it.
+    pub family: Family,
+}
+
+/// The parameter families of the algorithms (what a `[[rule]]` gives besides its name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// `capacity` (int ≥ 1) and a rate in units/s, named `rate` in the config.
+    Bucket {
+        /// The config name of the rate (`refill_rate`, `leak_rate`).
+        rate: &'static str,
+    },
+    /// `limit` (1..=`max_limit`) and `window` (a duration).
+    Window {
+        /// Largest `limit` this algorithm accepts.
+        max_limit: u64,
+    },
+}
+
+/// Declares `decide_in`, the registry's uniform entry point, for an algorithm whose
+/// state is a small value decided functionally by its `decide(old, now, p, cost) ->
+/// (outcome, new state or None when unchanged)`.
+macro_rules! decide_in_place {
+    () => {
+        /// [`decide`] in place (the registry's uniform entry point).
+        pub fn decide_in(
+            state: &mut Option<State>,
+            now: f64,
+            p: &Params,
+            cost: u64,
+        ) -> $crate::algorithm::Outcome {
+            $crate::algorithm::in_place(state, |old| decide(old, now, p, cost))
         }
-    }
+    };
 }
+pub(crate) use decide_in_place;
 
-/// Now on the host's wall clock, µs since the Unix epoch (as Redis `TIME` counts), for
-/// local decisions: windows must align to the epoch on every host alike.
-pub fn wall_clock_us() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| {
-            // Seconds and µs separately: exact, and cheaper than a u128 conversion.
-            d.as_secs() as f64 * 1e6 + f64::from(d.subsec_micros())
-        })
-}
-
-/// The wall clock read at most once per batch of requests (the lines one `read` brought
-/// in are decided at one instant): reading the clock is a measurable share of a local
-/// decision.
-#[derive(Debug, Default)]
-pub struct BatchClock(Option<f64>);
-
-impl BatchClock {
-    /// Now, µs since the epoch: read at the first call, the same value afterwards.
-    pub fn now_us(&mut self) -> f64 {
-        *self.0.get_or_insert_with(wall_clock_us)
+/// The in-place decision of an algorithm whose state is a small value decided
+/// functionally (`decide(old) -> (outcome, new state or None when unchanged)`).
+pub(crate) fn in_place<S: Copy>(
+    state: &mut Option<S>,
+    decide: impl FnOnce(Option<S>) -> (Outcome, Option<S>),
+) -> Outcome {
+    let (outcome, new) = decide(*state);
+    if new.is_some() {
+        *state = new;
     }
+    outcome
 }
 
 /// `ceil(us / 1000)`: µs to whole ms, rounded up (`math.ceil(us / 1000)` in Lua).
@@ -274,15 +236,5 @@ mod tests {
         assert_eq!(settle(5.0, 0.0, |k| k >= 1_000_003.0), 1_000_003.0);
         assert_eq!(settle(1_000_000.0, 0.0, |k| k >= 17.0), 17.0);
         assert_eq!(settle(1_000_000.0, 3.0, |_| true), 3.0);
-    }
-
-    #[test]
-    fn a_reloaded_rule_with_another_algorithm_starts_fresh() {
-        let tb = Params::TokenBucket(token_bucket::Params::shared(2, 1.0, 1));
-        let fw = Params::FixedWindow(WindowParams::shared(1, 1000, 1));
-        let mut st = None;
-        assert!(tb.decide(&mut st, 0.0, 2).allowed);
-        assert!(fw.decide(&mut st, 1.0, 1).allowed);
-        assert!(!fw.decide(&mut st, 2.0, 1).allowed);
     }
 }

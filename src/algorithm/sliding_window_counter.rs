@@ -3,7 +3,7 @@
 //! millions of domains", Cloudflare blog, 2017): with `p` units in the previous window,
 //! `c` in the current one and `e` µs elapsed in it,
 //! `estimate = p × ((window − e) ÷ window) + c`; a request is allowed if
-//! `estimate + cost ≤ limit` (CONTRACT §2). Two counts per key; `docs/ALGORITHMS.md`
+//! `estimate + cost ≤ limit` (docs/PROTOCOL.md, "Algorithms"). Two counts per key; `docs/ALGORITHMS.md`
 //! measures its error against the exact log. The twin is `lua/sliding_window_counter.lua`.
 //!
 //! The weight is computed as `(window − e) ÷ window` first, so it is exactly 1 at a
@@ -12,7 +12,19 @@
 //! weighting and checked by [`super::settle`].
 
 use super::fixed_window::window_start;
-use super::{ceil_ms, settle, Outcome, WindowParams};
+use super::{ceil_ms, settle, Family, Outcome, Spec, WindowParams, MAX_LIMIT};
+
+/// This algorithm's entry in the table (`super::registry`).
+pub const SPEC: Spec = super::spec!(
+    "sliding_window_counter",
+    "swc",
+    Family::Window {
+        max_limit: MAX_LIMIT
+    }
+);
+
+/// Parameters: `limit` per (estimated) sliding `window`.
+pub type Params = WindowParams;
 
 /// What a key remembers: the counts of its last window and the one before.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -80,11 +92,7 @@ pub fn decide(
     } else {
         0.0
     };
-    let wait = if allowed {
-        0.0
-    } else if cost > limit {
-        reset.max(1.0)
-    } else {
+    let wait = super::wait(allowed, cost > limit, reset, || {
         // Solve estimate(t) + cost = limit for t, in this window if the current count
         // leaves room, else in the next one (where `current` becomes the previous count).
         let when = if current + cost <= limit {
@@ -96,17 +104,17 @@ pub fn decide(
         settle(ceil_ms(when - now), 1.0, |k| {
             estimate_at(stored, now + k * 1000.0, window) + cost <= limit
         })
-    };
-    let outcome = Outcome {
+    });
+    let outcome = Outcome::new(
         allowed,
-        remaining: (limit - estimate(current, previous, elapsed, window))
-            .floor()
-            .max(0.0) as u64,
-        reset_ms: reset as u64,
-        wait_ms: wait as u64,
-    };
+        limit - estimate(current, previous, elapsed, window),
+        reset,
+        wait,
+    );
     (outcome, write)
 }
+
+super::decide_in_place!();
 
 #[cfg(test)]
 mod tests {

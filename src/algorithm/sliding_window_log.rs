@@ -1,12 +1,25 @@
 //! Sliding window log: exact. A request is allowed if the units admitted in the last
-//! `window` µs plus its `cost` stay within `limit` (CONTRACT §2). Only admitted units are
+//! `window` µs plus its `cost` stay within `limit` (docs/PROTOCOL.md, "Algorithms"). Only admitted units are
 //! logged (a denied request costs no memory), one entry per admission instant holding
 //! its units, so a log never holds more than `limit` entries. The twin is
 //! `lua/sliding_window_log.lua` (a sorted set: score = µs, member = `"<µs>:<units>"`).
 //!
 //! An entry admitted at `t` counts while `now - window < t`, i.e. for exactly `window`.
 
-use super::{ceil_ms, Outcome, WindowParams};
+use super::{ceil_ms, Family, Outcome, Spec, WindowParams, MAX_LOG_LIMIT};
+
+/// This algorithm's entry in the table (`super::registry`).
+pub const SPEC: Spec = super::spec!(
+    "sliding_window_log",
+    "swl",
+    Family::Window {
+        max_limit: MAX_LOG_LIMIT
+    }
+);
+
+/// Parameters: `limit` per sliding `window`.
+pub type Params = WindowParams;
+
 use std::collections::VecDeque;
 
 /// The admissions still inside the window: `(µs, units)`, oldest first, one per instant.
@@ -54,11 +67,7 @@ pub fn decide(log: &Log, now: f64, p: &WindowParams, cost: u64) -> (Outcome, Cha
     };
     // Each entry leaves the window exactly `window` µs after it was logged.
     let reset = newest.map_or(0.0, |ts| ceil_ms(ts + p.window - now));
-    let wait = if allowed {
-        0.0
-    } else if cost > p.limit {
-        reset.max(1.0)
-    } else {
+    let wait = super::wait(allowed, cost > p.limit, reset, || {
         // The oldest entries leave first: wait for enough of them to free `cost`.
         let need = used + cost - p.limit;
         let mut freed = 0.0;
@@ -71,14 +80,20 @@ pub fn decide(log: &Log, now: f64, p: &WindowParams, cost: u64) -> (Outcome, Cha
             }
         }
         wait
-    };
-    let outcome = Outcome {
-        allowed,
-        remaining: (p.limit - used_after).floor().max(0.0) as u64,
-        reset_ms: reset as u64,
-        wait_ms: wait as u64,
-    };
+    });
+    let outcome = Outcome::new(allowed, p.limit - used_after, reset, wait);
     (outcome, Change { expired, admit })
+}
+
+/// What a key remembers: its [`Log`].
+pub type State = Log;
+
+/// [`decide`] on the key's log, created empty for a new key, changed in place.
+pub fn decide_in(state: &mut Option<Log>, now: f64, p: &Params, cost: u64) -> Outcome {
+    let log = state.get_or_insert_with(Log::default);
+    let (outcome, change) = decide(log, now, p, cost);
+    change.apply(log);
+    outcome
 }
 
 #[cfg(test)]

@@ -1,13 +1,22 @@
 //! Token bucket: a bucket of `capacity` tokens, refilled continuously at `refill_rate`
 //! tokens/s up to `capacity`; a request is allowed if the bucket holds at least `cost`
-//! tokens, which it then takes. A new key starts full (CONTRACT §2).
+//! tokens, which it then takes. A new key starts full (docs/PROTOCOL.md, "Algorithms").
 //!
 //! Units: tokens are counted in **micro-tokens** (1 token = 1,000,000 µtok) and time in
 //! **µs**, so `refill_rate` tokens/s is exactly `refill_rate` µtok/µs. State values stay
 //! integers below 2^53 (capacity ≤ 10^9 tokens), which doubles represent exactly; the
 //! only rounding is the `floor` of each refill, done identically in `lua/token_bucket.lua`.
 
-use super::{ceil_ms, settle, Outcome};
+use super::{ceil_ms, settle, Family, Outcome, Spec};
+
+/// This algorithm's entry in the table (`super::registry`).
+pub const SPEC: Spec = super::spec!(
+    "token_bucket",
+    "tb",
+    Family::Bucket {
+        rate: "refill_rate"
+    }
+);
 
 pub use super::MICRO;
 
@@ -74,21 +83,14 @@ pub fn decide(state: Option<State>, now: f64, p: &Params, cost: u64) -> (Outcome
     let stored = write.or(state);
     let at = |k: f64| tokens_at(stored, now + k * 1000.0, p);
     let reset = settle(ceil_ms((cap - tokens) / rate), 0.0, |k| at(k) >= cap);
-    let wait = if allowed {
-        0.0
-    } else if cost > cap {
-        reset.max(1.0)
-    } else {
+    let wait = super::wait(allowed, cost > cap, reset, || {
         settle(ceil_ms((cost - tokens) / rate), 1.0, |k| at(k) >= cost)
-    };
-    let outcome = Outcome {
-        allowed,
-        remaining: (tokens / MICRO).floor() as u64,
-        reset_ms: reset as u64,
-        wait_ms: wait as u64,
-    };
+    });
+    let outcome = Outcome::new(allowed, tokens / MICRO, reset, wait);
     (outcome, write)
 }
+
+super::decide_in_place!();
 
 #[cfg(test)]
 mod tests {

@@ -1,3 +1,124 @@
-//! Where shared state lives. Only Redis for now: [`redis::RedisStore`].
+//! Where shared state lives: the handle the limiter decides through, and the one error
+//! type every store call returns.
+//!
+//! * [`redis`]: the Redis client (connection set-up, EVALSHA, probes);
+//! * [`scripts`]: what is sent to Redis per algorithm (script, key, arguments, reply);
+//! * [`health`]: whether Redis may be asked at all (the circuit and its prober).
+//!
+//! The limiter sees [`Store`], [`StoreKey`] and [`StoreError`] only: it never names the
+//! client library. There is one store today (Redis); a second one would turn [`Store`]
+//! into a trait with the same three calls (`key`, `decide`, and the probe).
 
+pub mod health;
 pub mod redis;
+pub mod scripts;
+
+pub use self::redis::RedisStore as Store;
+
+use fred::error::{Error, ErrorKind};
+
+/// A Redis key built once per request (`<prefix>:{<rule>:<key>}:<suffix>`), ready to be
+/// sent as is.
+#[derive(Debug, Clone)]
+pub struct StoreKey(pub(crate) fred::types::Key);
+
+impl StoreKey {
+    /// The key as text, for logs (`?` if it is not UTF-8, which protocol keys always are).
+    pub fn as_str(&self) -> &str {
+        self.0.as_str().unwrap_or("?")
+    }
+}
+
+/// Why a store call failed, classified once, here, for everyone.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Redis cannot decide at all (down, unreachable, timing out, failing over, out of
+    /// memory, loading, read-only, script cache gone): the circuit opens. `kind` is the
+    /// short label of metrics (`io`, `timeout`, `cluster`, `oom`, …).
+    #[error("{source}")]
+    Unavailable {
+        /// Metrics label of the failure.
+        kind: &'static str,
+        /// What the client reported.
+        source: Error,
+    },
+    /// An error tied to one request or key (`WRONGTYPE` on a foreign key, a script
+    /// runtime error, a malformed reply): that request is decided without Redis, the
+    /// others keep going to Redis.
+    #[error("{0}")]
+    Key(Error),
+    /// The `[redis]` settings cannot make a client.
+    #[error("{0}")]
+    Config(String),
+}
+
+impl StoreError {
+    /// Classifies an error of the Redis client.
+    pub fn from_redis(error: Error) -> Self {
+        if is_unavailable(&error) {
+            StoreError::Unavailable {
+                kind: kind_label(&error),
+                source: error,
+            }
+        } else {
+            StoreError::Key(error)
+        }
+    }
+
+    /// A call that got no answer within `what` (a timeout of ours, not the client's).
+    pub fn timeout(what: String) -> Self {
+        StoreError::Unavailable {
+            kind: "timeout",
+            source: Error::new(ErrorKind::Timeout, what),
+        }
+    }
+}
+
+impl From<Error> for StoreError {
+    fn from(error: Error) -> Self {
+        StoreError::from_redis(error)
+    }
+}
+
+/// True when `error` means Redis cannot decide at all. Redis 5 and 6 wrap an error
+/// raised inside a script as `ERR Error running script … -OOM …`: those are looked into.
+fn is_unavailable(error: &Error) -> bool {
+    match error.kind() {
+        ErrorKind::InvalidArgument | ErrorKind::Parse => false,
+        ErrorKind::Unknown => {
+            let details = error.details();
+            !details.starts_with("ERR")
+                || [
+                    "-OOM",
+                    "-READONLY",
+                    "-LOADING",
+                    "-MASTERDOWN",
+                    "-CLUSTERDOWN",
+                    "-BUSY",
+                ]
+                .iter()
+                .any(|p| details.contains(p))
+        }
+        _ => true,
+    }
+}
+
+/// A short label for the kind of an error that opens the circuit, for metrics (`io`,
+/// `timeout`, `cluster`, `oom`, `busy`, `noscript`, `loading`, `readonly`, `redis`, …).
+fn kind_label(error: &Error) -> &'static str {
+    let details = error.details();
+    match error.kind() {
+        ErrorKind::IO => "io",
+        ErrorKind::Timeout => "timeout",
+        ErrorKind::Cluster => "cluster",
+        ErrorKind::Canceled => "canceled",
+        ErrorKind::Backpressure => "backpressure",
+        ErrorKind::Routing => "routing",
+        _ if details.starts_with("OOM") || details.contains("-OOM") => "oom",
+        _ if details.starts_with("BUSY") => "busy",
+        _ if details.starts_with("NOSCRIPT") => "noscript",
+        _ if details.starts_with("LOADING") => "loading",
+        _ if details.starts_with("READONLY") => "readonly",
+        _ => "redis",
+    }
+}

@@ -1,17 +1,19 @@
-//! The circuit breaker between the daemon and Redis.
+//! Whether Redis may be asked: the circuit breaker and the prober that closes it.
 //!
 //! Closed: decisions go to Redis. The first failed or timed-out Redis call opens it;
 //! from then on decisions are made locally at once (nobody waits on a dead Redis) while
-//! a background prober (see [`crate::store::redis::RedisStore::run_prober`]) tries Redis
-//! every [`PROBE_INTERVAL`] and closes the circuit as soon as Redis answers. Each
-//! transition is logged once, not per request.
+//! a background prober ([`run_prober`]) tries Redis every [`PROBE_INTERVAL`] and closes
+//! the circuit as soon as Redis answers. Each transition is logged once, not per
+//! request.
 
+use super::redis::RedisStore;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 
 /// How often an open circuit probes Redis. With probes bounded by the Redis timeout,
-/// decisions return to Redis well within 1 s of Redis answering (CONTRACT §4).
+/// decisions return to Redis well within 1 s of Redis answering (docs/PROTOCOL.md, "Failure behaviour").
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(200);
 
 /// Open/closed state shared by every connection.
@@ -61,6 +63,29 @@ impl Circuit {
                 return;
             }
             notified.await;
+        }
+    }
+}
+
+/// Forever: whenever `circuit` is open, probe `store` every [`PROBE_INTERVAL`] and close
+/// the circuit when a probe succeeds. A failure is logged (at debug level) when it
+/// differs from the previous one.
+pub async fn run_prober(store: Arc<RedisStore>, circuit: Arc<Circuit>) {
+    loop {
+        circuit.wait_open().await;
+        let mut last_error = String::new();
+        while circuit.is_open() {
+            tokio::time::sleep(PROBE_INTERVAL).await;
+            match store.probe_bounded().await {
+                Ok(()) => circuit.close(),
+                Err(e) => {
+                    let e = e.to_string();
+                    if e != last_error {
+                        tracing::debug!(error = %e, "Redis probe failed");
+                        last_error = e;
+                    }
+                }
+            }
         }
     }
 }

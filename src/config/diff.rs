@@ -1,0 +1,97 @@
+//! What a reload changes: the rules and `[fallback] hosts` apply at once; every other
+//! setting needs a restart, and a reload names each one that changed.
+
+use super::{Config, FallbackConfig};
+
+/// The settings that differ between `current` and `new` but only apply on a restart,
+/// by name (`server.socket`, …; a changed field without its own line is named by its
+/// section, `[server]`).
+pub fn needs_restart(current: &Config, new: &Config) -> Vec<&'static str> {
+    let (s, n, r, m) = (&current.server, &new.server, &current.redis, &new.redis);
+    let mut reported: Vec<&'static str> = Vec::new();
+    for (changed, what) in [
+        (n.socket != s.socket, "server.socket"),
+        (n.socket_mode != s.socket_mode, "server.socket_mode"),
+        (
+            n.max_line_bytes != s.max_line_bytes,
+            "server.max_line_bytes",
+        ),
+        (n.max_in_flight != s.max_in_flight, "server.max_in_flight"),
+        (n.allow_uids != s.allow_uids, "server.allow_uids"),
+        (n.allow_gids != s.allow_gids, "server.allow_gids"),
+        (
+            n.max_connections != s.max_connections,
+            "server.max_connections",
+        ),
+        (
+            n.idle_timeout_ms != s.idle_timeout_ms,
+            "server.idle_timeout_ms",
+        ),
+        (
+            n.worker_threads != s.worker_threads,
+            "server.worker_threads",
+        ),
+        (m.mode != r.mode, "redis.mode"),
+        (m.nodes.get_ref() != r.nodes.get_ref(), "redis.nodes"),
+        (m.timeout_ms != r.timeout_ms, "redis.timeout_ms"),
+        (m.prefix != r.prefix, "redis.prefix"),
+        (new.cache.ttl_ms != current.cache.ttl_ms, "cache.ttl_ms"),
+        (
+            new.cache.max_entries != current.cache.max_entries,
+            "cache.max_entries",
+        ),
+        (
+            new.fallback.max_keys != current.fallback.max_keys,
+            "fallback.max_keys",
+        ),
+        (new.metrics != current.metrics, "metrics.listen"),
+    ]
+    .into_iter()
+    // A field without a line above is still reported, by its section.
+    .chain([
+        (n != s, "[server]"),
+        (m != r, "[redis]"),
+        (new.cache != current.cache, "[cache]"),
+    ]) {
+        fn section(f: &str) -> &str {
+            f.trim_matches(['[', ']']).split('.').next().unwrap_or("")
+        }
+        let already = what.starts_with('[') && reported.iter().any(|f| section(f) == section(what));
+        if changed && !already {
+            reported.push(what);
+        }
+    }
+    reported
+}
+
+/// The configuration in force after reloading `new` over `current`: `new`'s rules and
+/// `[fallback] hosts` (it reaches the rules through their `fallback_hosts`), `current`'s
+/// everything else.
+pub fn applied(current: Config, new: Config) -> Config {
+    let fallback = FallbackConfig {
+        hosts: new.fallback.hosts,
+        max_keys: current.fallback.max_keys,
+    };
+    Config {
+        rules: new.rules,
+        fallback,
+        ..current
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_each_changed_setting_once() {
+        let a = Config::parse("[server]\nsocket = \"/tmp/a.sock\"\n", "a").unwrap();
+        let b = Config::parse(
+            "[server]\nsocket = \"/tmp/b.sock\"\n[cache]\nttl_ms = 7\n",
+            "b",
+        )
+        .unwrap();
+        assert_eq!(needs_restart(&a, &b), vec!["server.socket", "cache.ttl_ms"]);
+        assert!(needs_restart(&a, &a).is_empty());
+    }
+}

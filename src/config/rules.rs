@@ -1,0 +1,254 @@
+//! The `[[rule]]` tables: what a rule names, its algorithm's parameters, what it does
+//! when Redis cannot decide, and their validation.
+//!
+//! Which parameters an algorithm takes and their bounds come from the algorithm table
+//! (`crate::algorithm::Kind::spec`): a new algorithm needs nothing here.
+
+use super::{ConfigError, Locator};
+use crate::algorithm::{self, Algorithm, Family, Kind, Per, MAX_LIMIT, MAX_WINDOW_MS};
+use serde::Deserialize;
+use std::ops::Range;
+use toml::Spanned;
+
+/// What a rule does when Redis cannot decide.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnRedisFailure {
+    /// A local bucket with `limit ÷ hosts` (source `local`).
+    #[default]
+    Local,
+    /// Allow everything (source `fail_open`).
+    Allow,
+    /// Deny everything (source `fail_closed`).
+    Deny,
+}
+
+/// One `[[rule]]` table as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRule {
+    name: Spanned<String>,
+    algorithm: Spanned<Kind>,
+    capacity: Option<Spanned<u64>>,
+    refill_rate: Option<Spanned<f64>>,
+    leak_rate: Option<Spanned<f64>>,
+    limit: Option<Spanned<u64>>,
+    window: Option<Spanned<String>>,
+    #[serde(default)]
+    on_redis_failure: OnRedisFailure,
+    fallback_hosts: Option<Spanned<u32>>,
+}
+
+/// A validated rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    /// The name clients send in `CHECK`.
+    pub name: String,
+    /// The algorithm and its parameters.
+    pub algorithm: Algorithm,
+    /// What to do when Redis cannot decide.
+    pub on_redis_failure: OnRedisFailure,
+    /// Hosts sharing the limit when falling back to local buckets.
+    pub fallback_hosts: u32,
+    /// Parameters of the shared decision (Redis, or `mode = "none"`): the whole limit.
+    pub params: algorithm::Params,
+    /// Parameters of a local fallback decision: the share of one of `fallback_hosts`.
+    pub fallback_params: algorithm::Params,
+    /// The policy window, ms ([`Algorithm::window_ms`]): the seventh field of replies.
+    pub window_ms: u64,
+}
+
+impl Rule {
+    /// A rule, with its parameters derived once (not per request).
+    pub fn new(
+        name: String,
+        algorithm: Algorithm,
+        on_redis_failure: OnRedisFailure,
+        fallback_hosts: u32,
+    ) -> Self {
+        Rule {
+            name,
+            algorithm,
+            on_redis_failure,
+            fallback_hosts,
+            params: algorithm.params(1),
+            fallback_params: algorithm.params(fallback_hosts),
+            window_ms: algorithm.window_ms(),
+        }
+    }
+
+    /// The capacity/limit: the `limit` field of replies and the largest possible cost.
+    pub fn limit(&self) -> u64 {
+        self.algorithm.limit()
+    }
+}
+
+impl RawRule {
+    /// The rule name as written (checked by [`RawRule::validate`]).
+    pub(super) fn name(&self) -> &Spanned<String> {
+        &self.name
+    }
+
+    /// The validated rule `rule[index]`, spanning `span`; `hosts` is `[fallback] hosts`.
+    pub(super) fn validate(
+        &self,
+        index: usize,
+        span: Range<usize>,
+        hosts: u32,
+        at: &Locator,
+    ) -> Result<Rule, ConfigError> {
+        let field = |name: &str| format!("rule[{index}].{name}");
+        let name = self.name.get_ref();
+        if name.is_empty()
+            || name.len() > 64
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+        {
+            return Err(at.invalid(
+                self.name.span(),
+                &field("name"),
+                &format!("'{name}' must be 1 to 64 characters of A-Z a-z 0-9 _ - ."),
+            ));
+        }
+        let algorithm = self.algorithm(span, &field, at)?;
+        let fallback_hosts = match &self.fallback_hosts {
+            Some(h) if !(1..=10_000).contains(h.get_ref()) => {
+                return Err(at.invalid(
+                    h.span(),
+                    &field("fallback_hosts"),
+                    "must be an integer from 1 to 10000",
+                ))
+            }
+            Some(h) => *h.get_ref(),
+            None => hosts,
+        };
+        Ok(Rule::new(
+            name.clone(),
+            algorithm,
+            self.on_redis_failure,
+            fallback_hosts,
+        ))
+    }
+
+    /// The algorithm with its parameters, each checked and named in errors.
+    fn algorithm(
+        &self,
+        rule_span: Range<usize>,
+        field: &dyn Fn(&str) -> String,
+        at: &Locator,
+    ) -> Result<Algorithm, ConfigError> {
+        let kind = *self.algorithm.get_ref();
+        let family = kind.spec().family;
+        let takes: [&str; 2] = match family {
+            Family::Bucket { rate } => ["capacity", rate],
+            Family::Window { .. } => ["limit", "window"],
+        };
+        let algo = kind.as_str();
+        let given = [
+            ("capacity", self.capacity.as_ref().map(|s| s.span())),
+            ("refill_rate", self.refill_rate.as_ref().map(|s| s.span())),
+            ("leak_rate", self.leak_rate.as_ref().map(|s| s.span())),
+            ("limit", self.limit.as_ref().map(|s| s.span())),
+            ("window", self.window.as_ref().map(|s| s.span())),
+        ];
+        for (extra, span) in given {
+            if let (Some(span), false) = (span, takes.contains(&extra)) {
+                return Err(at.invalid(
+                    span,
+                    &field(extra),
+                    &format!(
+                        "{algo} has no '{extra}' (it takes {} and {})",
+                        takes[0], takes[1]
+                    ),
+                ));
+            }
+        }
+        let missing = |what: &str, hint: &str| {
+            at.invalid(
+                rule_span.clone(),
+                &field(what),
+                &format!("{algo} needs '{what}' ({hint})"),
+            )
+        };
+        let count = |v: &Option<Spanned<u64>>, what: &str, max: u64| {
+            let v = v.as_ref().ok_or_else(|| missing(what, "an integer ≥ 1"))?;
+            if !(1..=max).contains(v.get_ref()) {
+                return Err(at.invalid(
+                    v.span(),
+                    &field(what),
+                    &format!("must be an integer from 1 to {max}"),
+                ));
+            }
+            Ok(*v.get_ref())
+        };
+        Ok(match family {
+            Family::Bucket { rate } => {
+                let given = match rate {
+                    "leak_rate" => &self.leak_rate,
+                    _ => &self.refill_rate,
+                };
+                Algorithm {
+                    kind,
+                    limit: count(&self.capacity, "capacity", MAX_LIMIT)?,
+                    per: Per::Rate(self.rate(given, rate, &missing, field, at)?),
+                }
+            }
+            Family::Window { max_limit } => Algorithm {
+                kind,
+                limit: count(&self.limit, "limit", max_limit)?,
+                per: Per::WindowMs(self.window(&missing, field, at)?),
+            },
+        })
+    }
+
+    /// A rate in units/s, 0.000001..=1e9.
+    fn rate(
+        &self,
+        v: &Option<Spanned<f64>>,
+        what: &str,
+        missing: &dyn Fn(&str, &str) -> ConfigError,
+        field: &dyn Fn(&str) -> String,
+        at: &Locator,
+    ) -> Result<f64, ConfigError> {
+        let v = v.as_ref().ok_or_else(|| missing(what, "units/s, > 0"))?;
+        if !(v.get_ref().is_finite() && (1e-6..=1e9).contains(v.get_ref())) {
+            return Err(at.invalid(
+                v.span(),
+                &field(what),
+                "must be a number of units/s from 0.000001 to 1e9",
+            ));
+        }
+        Ok(*v.get_ref())
+    }
+
+    /// The window, a whole number of ms from 1 ms to 30 days.
+    fn window(
+        &self,
+        missing: &dyn Fn(&str, &str) -> ConfigError,
+        field: &dyn Fn(&str) -> String,
+        at: &Locator,
+    ) -> Result<u64, ConfigError> {
+        let w = self.window.as_ref().ok_or_else(|| {
+            missing(
+                "window",
+                "a duration such as \"500ms\", \"1s\", \"1m\", \"3h\", \"1d\"",
+            )
+        })?;
+        let bad = |why: String| at.invalid(w.span(), &field("window"), &why);
+        let d = humantime::parse_duration(w.get_ref()).map_err(|e| {
+            bad(format!(
+                "'{}' is not a duration such as \"500ms\", \"1m\" or \"1d\": {e}",
+                w.get_ref()
+            ))
+        })?;
+        let ms = d.as_millis();
+        if d.subsec_nanos() % 1_000_000 != 0 || ms < 1 || ms > u128::from(MAX_WINDOW_MS) {
+            return Err(bad(format!(
+                "must be a whole number of ms from 1ms to 30d (got '{}')",
+                w.get_ref()
+            )));
+        }
+        Ok(ms as u64)
+    }
+}

@@ -1,0 +1,276 @@
+//! The daemon's life: start-up (runtime, metrics, Redis, socket), signals (SIGTERM and
+//! SIGINT stop, SIGHUP reloads), and a graceful shutdown.
+//!
+//! Everything the process does between parsing its command line and exiting; `main.rs`
+//! only parses the CLI, sets up logging and calls [`run`].
+
+use crate::config::{diff, Config, OnRedisFailure, RedisMode};
+use crate::limiter::Limiter;
+use crate::metrics;
+use crate::server::{self, BindError, ConnectionLimits};
+use crate::store::health::{self, Circuit};
+use crate::store::{Store, StoreError};
+use crate::systemd::{self, ActivationError};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio_util::sync::CancellationToken;
+
+/// How long start-up waits for Redis before serving from local buckets.
+const STARTUP_REDIS_WAIT: Duration = Duration::from_millis(1500);
+/// How long shutdown waits for connections to finish their replies.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Why the daemon could not start (after start-up, nothing stops it but a signal).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The tokio runtime could not be built.
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+    /// The signal handlers could not be installed.
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+    /// The socket systemd passed is unusable.
+    #[error(transparent)]
+    Activation(#[from] ActivationError),
+    /// The metrics endpoint could not be set up.
+    #[error(transparent)]
+    Metrics(#[from] metrics::InstallError),
+    /// The Redis client could not be built from `[redis]`.
+    #[error("redis: {0}")]
+    Store(#[from] StoreError),
+    /// The socket could not be bound.
+    #[error(transparent)]
+    Bind(#[from] BindError),
+}
+
+/// Runs the daemon with `config` (read from `config_path`, re-read on SIGHUP) until
+/// SIGTERM or SIGINT. Builds the runtime: one worker thread is a current-thread runtime
+/// (no work-stealing machinery to pay for); more, the multi-thread scheduler.
+pub fn run(config_path: PathBuf, config: Config) -> Result<(), StartError> {
+    let threads = config.server.worker_threads();
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    };
+    let runtime = builder.enable_all().build().map_err(StartError::Runtime)?;
+    runtime.block_on(serve(config_path, config))
+}
+
+async fn serve(config_path: PathBuf, config: Config) -> Result<(), StartError> {
+    // Installed first, so a signal during start-up is handled, not fatal.
+    let signals = Signals::install().map_err(StartError::Signals)?;
+    // Socket activation (systemd/ratelimitd.socket): serve the socket systemd passed.
+    let activated = systemd::activated_listener()?;
+    if let Some(listen) = config.metrics.listen {
+        metrics::install(listen)?;
+        if !listen.ip().is_loopback() {
+            tracing::warn!(%listen, "metrics.listen is not a loopback address; the endpoint has no authentication");
+        }
+        tracing::info!(%listen, "serving Prometheus metrics");
+    }
+    warn_about_small_shares(&config);
+    systemd::notify_status("starting: connecting to Redis");
+    let (redis, circuit) = start_redis(&config).await?;
+    let limiter = Arc::new(Limiter::new(&config, redis, Arc::clone(&circuit)));
+    let sampler = config.metrics.listen.map(|_| {
+        let limiter = Arc::clone(&limiter);
+        tokio::spawn(metrics::sample_sizes(move || limiter.sizes()))
+    });
+    let socket = config.server.socket.clone();
+    let (listener, served, is_activated) = match activated {
+        Some((listener, path)) => {
+            if path.as_deref() != Some(socket.as_path()) {
+                tracing::warn!(
+                    configured = %socket.display(), passed = ?path,
+                    "server.socket differs from the socket systemd passed; serving the one systemd passed"
+                );
+            }
+            (listener, path, true)
+        }
+        None => {
+            let listener = server::bind(&socket, config.server.socket_mode)?;
+            (listener, Some(socket.clone()), false)
+        }
+    };
+    tracing::info!(
+        socket = %served.as_deref().unwrap_or(&socket).display(),
+        socket_activated = is_activated,
+        rules = config.rules.len(),
+        "ratelimitd serving"
+    );
+    let status = Arc::new(systemd::Status::new(
+        config.redis.mode,
+        served.as_deref(),
+        is_activated,
+        config.rules.len(),
+        circuit,
+    ));
+    systemd::notify_ready(&status.line());
+    let supervisor = systemd::notify_enabled().then(|| {
+        tokio::spawn(systemd::supervise(
+            Arc::clone(&status),
+            systemd::watchdog_interval(),
+        ))
+    });
+
+    let shutdown = CancellationToken::new();
+    let signals = tokio::spawn(handle_signals(
+        signals,
+        config_path,
+        config.clone(),
+        Arc::clone(&limiter),
+        shutdown.clone(),
+        status,
+    ));
+    let limits = ConnectionLimits::from(&config.server);
+    let serving = server::serve(listener, limiter, limits, shutdown.clone());
+    tokio::pin!(serving);
+    tokio::select! {
+        () = &mut serving => {}
+        () = shutdown.cancelled() => {
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut serving).await.is_err() {
+                tracing::warn!("connections still open after {SHUTDOWN_GRACE:?}; closing them");
+            }
+        }
+    }
+    signals.abort();
+    if let Some(supervisor) = supervisor {
+        supervisor.abort();
+    }
+    if let Some(sampler) = sampler {
+        sampler.abort();
+    }
+    // A socket passed by systemd is systemd's: it stays, listening for the next start.
+    if !is_activated {
+        if let Err(e) = std::fs::remove_file(&socket) {
+            tracing::warn!(socket = %socket.display(), error = %e, "could not remove the socket file");
+        }
+    }
+    tracing::info!("ratelimitd stopped");
+    Ok(())
+}
+
+/// Warns about rules whose local share is below one unit: with Redis unreachable they
+/// deny everything.
+fn warn_about_small_shares(config: &Config) {
+    for rule in config.rules.values() {
+        if config.redis.mode != RedisMode::None
+            && rule.on_redis_failure == OnRedisFailure::Local
+            && !rule.fallback_params.can_ever_pass(1)
+        {
+            tracing::warn!(
+                rule = %rule.name,
+                limit = rule.limit(),
+                hosts = rule.fallback_hosts,
+                "this rule's share of its limit per host is below 1 unit: while Redis is unreachable it denies every request locally (raise the limit or lower fallback_hosts, or set on_redis_failure)"
+            );
+        }
+    }
+}
+
+/// Builds the Redis store (unless `mode = "none"`), waits briefly for it, and starts the
+/// background prober. The circuit starts closed only if Redis answered.
+async fn start_redis(config: &Config) -> Result<(Option<Arc<Store>>, Arc<Circuit>), StartError> {
+    if config.redis.mode == RedisMode::None {
+        tracing::info!(
+            "redis.mode = none: every decision is made by local buckets with the full limits"
+        );
+        return Ok((None, Arc::new(Circuit::new(true))));
+    }
+    let store = Arc::new(Store::new(&config.redis)?);
+    store.connect();
+    let deadline = Instant::now() + STARTUP_REDIS_WAIT;
+    let mut result = store.probe_bounded().await;
+    while result.is_err() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        result = store.probe_bounded().await;
+    }
+    let nodes = config.redis.nodes.get_ref().join(",");
+    let circuit = Arc::new(Circuit::new(result.is_err()));
+    if result.is_err() {
+        metrics::circuit(true);
+    }
+    match result {
+        Ok(()) => {
+            tracing::info!(mode = ?config.redis.mode, %nodes, "connected to Redis; scripts loaded on every primary")
+        }
+        Err(e) => tracing::warn!(
+            mode = ?config.redis.mode, %nodes, error = %e,
+            "Redis unreachable at start: serving from local buckets (per on_redis_failure) and probing Redis in the background"
+        ),
+    }
+    store.trip_on_connection_errors(Arc::clone(&circuit));
+    tokio::spawn(health::run_prober(Arc::clone(&store), Arc::clone(&circuit)));
+    Ok((Some(store), circuit))
+}
+
+/// The signals the daemon handles, registered (so their default action no longer
+/// applies) before anything slow happens.
+struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+}
+
+/// SIGTERM/SIGINT: graceful stop. SIGHUP: reload the rules from `config_path`; a bad
+/// file is logged and the rules in force stay.
+async fn handle_signals(
+    mut signals: Signals,
+    config_path: PathBuf,
+    mut current: Config,
+    limiter: Arc<Limiter>,
+    shutdown: CancellationToken,
+    status: Arc<systemd::Status>,
+) {
+    loop {
+        tokio::select! {
+            _ = signals.term.recv() => { tracing::info!("SIGTERM: finishing in-flight requests and stopping"); break }
+            _ = signals.int.recv() => { tracing::info!("SIGINT: finishing in-flight requests and stopping"); break }
+            _ = signals.hup.recv() => {
+                systemd::notify_reloading();
+                let error;
+                (current, error) = reload(&config_path, current, &limiter);
+                metrics::reload(error.is_none());
+                status.reloaded(current.rules.len(), error);
+                systemd::notify_ready(&status.line());
+            }
+        }
+    }
+    systemd::notify_stopping();
+    shutdown.cancel();
+}
+
+/// Re-reads the config; applies the rules, reports settings that need a restart. Returns
+/// the configuration in force and, if the file was rejected, why.
+fn reload(path: &Path, current: Config, limiter: &Limiter) -> (Config, Option<String>) {
+    let new = match Config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("SIGHUP: new configuration rejected, the old one stays in force: {e}");
+            return (current, Some(e.to_string()));
+        }
+    };
+    for what in diff::needs_restart(&current, &new) {
+        tracing::warn!(
+            "SIGHUP: {what} changed; it needs a restart to apply (the running value stays)"
+        );
+    }
+    limiter.replace_rules(new.rules.clone());
+    tracing::info!(rules = new.rules.len(), "SIGHUP: configuration reloaded");
+    (diff::applied(current, new), None)
+}

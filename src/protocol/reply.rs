@@ -1,0 +1,87 @@
+//! Reply encoding: what goes back on the wire for each request, one line each.
+//!
+//! Pure: appends bytes to a buffer; the connection writes them.
+
+use super::error::ProtoError;
+use crate::decision::Decision;
+use bytes::{BufMut, BytesMut};
+
+/// One reply line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// The reply to `CHECK`: the decision, then the rule's policy window in ms (see
+    /// [`crate::config::Algorithm::window_ms`]), sent as a seventh field so that clients
+    /// can state the quota policy (`RateLimit-Policy: …;w=`) without knowing the rule.
+    Decision(Decision, u64),
+    /// The reply to `PING`.
+    Pong,
+    /// The reply to `QUIT` (the connection closes after it).
+    Bye,
+    /// `ERR <CODE> <message>`.
+    Error(ProtoError),
+}
+
+impl From<ProtoError> for Reply {
+    fn from(e: ProtoError) -> Self {
+        Reply::Error(e)
+    }
+}
+
+impl Reply {
+    /// Appends the reply's wire form, `\n` included, to `out`.
+    pub fn encode(&self, out: &mut BytesMut) {
+        match self {
+            Reply::Decision(d, window_ms) => {
+                let mut num = itoa::Buffer::new();
+                out.reserve(72);
+                out.put_slice(if d.allowed { b"ALLOW " } else { b"DENY " });
+                for n in [d.limit, d.remaining, d.reset_ms, d.wait_ms] {
+                    out.put_slice(num.format(n).as_bytes());
+                    out.put_u8(b' ');
+                }
+                out.put_slice(d.source.as_str().as_bytes());
+                out.put_u8(b' ');
+                out.put_slice(num.format(*window_ms).as_bytes());
+            }
+            Reply::Pong => out.put_slice(b"PONG"),
+            Reply::Bye => out.put_slice(b"BYE"),
+            Reply::Error(e) => {
+                out.put_slice(b"ERR ");
+                out.put_slice(e.code.as_str().as_bytes());
+                out.put_u8(b' ');
+                out.put_slice(e.message.as_bytes());
+            }
+        }
+        out.put_u8(b'\n');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decision::Source;
+    use crate::protocol::ErrorCode;
+
+    #[test]
+    fn encodes_replies() {
+        let mut out = BytesMut::new();
+        Reply::Decision(
+            Decision {
+                allowed: true,
+                limit: 20,
+                remaining: 19,
+                reset_ms: 100,
+                wait_ms: 0,
+                source: Source::Redis,
+            },
+            2000,
+        )
+        .encode(&mut out);
+        Reply::Pong.encode(&mut out);
+        Reply::Error(ProtoError::new(ErrorCode::Rule, "unknown rule 'x\n'")).encode(&mut out);
+        assert_eq!(
+            &out[..],
+            b"ALLOW 20 19 100 0 redis 2000\nPONG\nERR RULE unknown rule 'x\\x0a'\n"
+        );
+    }
+}

@@ -1,0 +1,206 @@
+//! Request parsing: one line into a typed [`Request`], or the [`ProtoError`] saying why
+//! not.
+//!
+//! Pure: no I/O, no clock, no configuration; the rule name is returned unresolved (the
+//! limiter knows the rules, the parser does not).
+
+use super::error::{printable, ErrorCode, ProtoError};
+
+/// Largest `cost` a request may carry (docs/PROTOCOL.md).
+pub const MAX_COST: u64 = 1_000_000;
+/// Longest key, in bytes (docs/PROTOCOL.md).
+pub const MAX_KEY_LEN: usize = 256;
+
+/// A parsed request line. Borrowed from the line; the rule is not resolved yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request<'a> {
+    /// `CHECK <rule> <key> [<cost>]`: `key` is valid per docs/PROTOCOL.md, `cost` ≤ [`MAX_COST`].
+    Check {
+        /// The rule name as sent (looked up by the caller; unknown → `ERR RULE`).
+        rule: &'a [u8],
+        /// 1..=256 bytes in 0x21..=0x7E.
+        key: &'a [u8],
+        /// Units to take, 0..=1,000,000 (default 1).
+        cost: u32,
+    },
+    /// `PING` → `PONG`.
+    Ping,
+    /// `QUIT` → `BYE`, then the connection closes.
+    Quit,
+}
+
+fn is_field_separator(b: &u8) -> bool {
+    *b == b' ' || *b == b'\t'
+}
+
+/// Parses one line (without its terminator) into a [`Request`].
+///
+/// Fields are separated by runs of spaces or tabs; verbs are case-insensitive. Checks, in
+/// order: empty line, verb, field count, key, cost. The rule name is returned unresolved.
+///
+/// # Errors
+/// `PROTO` for an empty line, unknown verb or wrong field count; `KEY` for a key that is
+/// empty, longer than 256 bytes or has a byte outside 0x21..=0x7E; `COST` for a cost
+/// that is not a decimal integer in 0..=1,000,000.
+pub fn parse(line: &[u8]) -> Result<Request<'_>, ProtoError> {
+    let mut fields = line
+        .split(is_field_separator)
+        .filter(|field| !field.is_empty());
+    let Some(verb) = fields.next() else {
+        return Err(ProtoError::new(ErrorCode::Proto, "empty line"));
+    };
+    let mut args: [&[u8]; 3] = [&[]; 3];
+    let mut count = 0;
+    for field in fields {
+        if count == args.len() {
+            count += 1;
+            break;
+        }
+        args[count] = field;
+        count += 1;
+    }
+    if verb.eq_ignore_ascii_case(b"CHECK") {
+        if !(2..=3).contains(&count) {
+            return Err(ProtoError::new(
+                ErrorCode::Proto,
+                "CHECK takes <rule> <key> [<cost>]",
+            ));
+        }
+        let key = args[1];
+        check_key(key)?;
+        let cost = if count == 3 { parse_cost(args[2])? } else { 1 };
+        Ok(Request::Check {
+            rule: args[0],
+            key,
+            cost,
+        })
+    } else if verb.eq_ignore_ascii_case(b"PING") {
+        no_args("PING", count, Request::Ping)
+    } else if verb.eq_ignore_ascii_case(b"QUIT") {
+        no_args("QUIT", count, Request::Quit)
+    } else {
+        Err(ProtoError::new(
+            ErrorCode::Proto,
+            format!(
+                "unknown verb '{}' (expected CHECK, PING or QUIT)",
+                printable(verb, 32)
+            ),
+        ))
+    }
+}
+
+fn no_args<'a>(verb: &str, count: usize, request: Request<'a>) -> Result<Request<'a>, ProtoError> {
+    if count == 0 {
+        Ok(request)
+    } else {
+        Err(ProtoError::new(
+            ErrorCode::Proto,
+            format!("{verb} takes no arguments"),
+        ))
+    }
+}
+
+fn check_key(key: &[u8]) -> Result<(), ProtoError> {
+    if key.len() > MAX_KEY_LEN {
+        return Err(ProtoError::new(
+            ErrorCode::Key,
+            format!("key is {} bytes, the limit is {MAX_KEY_LEN}", key.len()),
+        ));
+    }
+    if let Some(pos) = key.iter().position(|b| !(0x21..=0x7e).contains(b)) {
+        return Err(ProtoError::new(
+            ErrorCode::Key,
+            format!(
+                "key has byte 0x{:02x} at offset {pos}; keys are printable ASCII without spaces (percent-encode the rest)",
+                key[pos]
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn parse_cost(field: &[u8]) -> Result<u32, ProtoError> {
+    let bad = || {
+        ProtoError::new(
+            ErrorCode::Cost,
+            format!(
+                "cost '{}' is not an integer from 0 to {MAX_COST}",
+                printable(field, 32)
+            ),
+        )
+    };
+    if field.is_empty() || !field.iter().all(u8::is_ascii_digit) {
+        return Err(bad());
+    }
+    // Leading zeros are fine; saturate so a huge number cannot overflow.
+    let cost = field.iter().fold(0u64, |acc, &d| {
+        (acc * 10 + u64::from(d - b'0')).min(MAX_COST + 1)
+    });
+    if cost > MAX_COST {
+        return Err(bad());
+    }
+    Ok(cost as u32)
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_requests() {
+        assert_eq!(
+            parse(b"CHECK rides_request user:42"),
+            Ok(Request::Check {
+                rule: b"rides_request",
+                key: b"user:42",
+                cost: 1
+            })
+        );
+        assert_eq!(
+            parse(b" \tcheck\t a  b 0 "),
+            Ok(Request::Check {
+                rule: b"a",
+                key: b"b",
+                cost: 0
+            })
+        );
+        assert_eq!(parse(b"ping"), Ok(Request::Ping));
+        assert_eq!(parse(b"Quit"), Ok(Request::Quit));
+        assert_eq!(
+            parse(b"CHECK a b 000000000007"),
+            Ok(Request::Check {
+                rule: b"a",
+                key: b"b",
+                cost: 7
+            })
+        );
+        let max = format!("CHECK a b {MAX_COST}");
+        assert!(parse(max.as_bytes()).is_ok());
+    }
+
+    fn code(line: &[u8]) -> ErrorCode {
+        parse(line).unwrap_err().code
+    }
+
+    #[test]
+    fn rejects_bad_requests_with_their_code() {
+        assert_eq!(code(b""), ErrorCode::Proto);
+        assert_eq!(code(b"  \t "), ErrorCode::Proto);
+        assert_eq!(code(b"FETCH a b"), ErrorCode::Proto);
+        assert_eq!(code(b"CHECK a"), ErrorCode::Proto);
+        assert_eq!(code(b"CHECK a b 1 2"), ErrorCode::Proto);
+        assert_eq!(code(b"PING x"), ErrorCode::Proto);
+        assert_eq!(code(b"CHECK a b\x01c"), ErrorCode::Key);
+        assert_eq!(code("CHECK a bé".as_bytes()), ErrorCode::Key);
+        assert_eq!(
+            code(&[b"CHECK a ".as_slice(), &[b'k'; 257]].concat()),
+            ErrorCode::Key
+        );
+        for cost in ["-1", "+1", "1.5", "x", "1000001", "99999999999999999999"] {
+            assert_eq!(
+                code(format!("CHECK a b {cost}").as_bytes()),
+                ErrorCode::Cost,
+                "{cost}"
+            );
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! One client connection: read lines, decide them concurrently, write the replies in
+//! request order.
+//!
+//! Requests are decoded as they arrive and decided concurrently (at most
+//! `server.max_in_flight` at once; beyond that the socket is simply not read, which is
+//! backpressure), while replies go back strictly in request order ([`FuturesOrdered`]).
+//! Ready replies are batched into one write.
+
+use super::dispatch::{self, Pending};
+use super::ConnectionLimits;
+use crate::clock::BatchClock;
+use crate::limiter::Limiter;
+use crate::protocol::{ErrorCode, Frame, LineDecoder, ProtoError, Reply};
+use bytes::BytesMut;
+use futures::stream::{FuturesOrdered, StreamExt};
+use futures::FutureExt;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+use tokio_util::codec::Decoder;
+use tokio_util::sync::CancellationToken;
+
+/// Writes all of `buf`, giving up (`TimedOut`) if the client has not taken it all within
+/// `limit` (a client that stopped reading its replies).
+async fn write_within(
+    wr: &mut (impl AsyncWriteExt + Unpin),
+    buf: &[u8],
+    limit: Option<Duration>,
+) -> io::Result<()> {
+    match limit {
+        None => wr.write_all(buf).await,
+        Some(limit) => tokio::time::timeout(limit, wr.write_all(buf))
+            .await
+            .unwrap_or_else(|_| {
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "client did not read its replies within server.idle_timeout_ms",
+                ))
+            }),
+    }
+}
+
+/// One client connection: read lines, decide concurrently, reply in order.
+///
+/// Ends on EOF (after answering every line, a last one without `\n` included), after
+/// `QUIT` (answered `BYE`), on shutdown (after answering every complete line the
+/// client had sent, as far as it can be read without waiting), or after
+/// `idle_timeout` without a byte received while nothing was left to answer.
+pub async fn serve(
+    mut stream: UnixStream,
+    limiter: Arc<Limiter>,
+    limits: &ConnectionLimits,
+    shutdown: CancellationToken,
+) -> io::Result<()> {
+    let idle_limit = limits.idle_timeout.unwrap_or(Duration::MAX);
+    let mut last_read = tokio::time::Instant::now();
+    let idle = tokio::time::sleep(limits.idle_timeout.unwrap_or(Duration::ZERO));
+    tokio::pin!(idle);
+    let (mut rd, mut wr) = stream.split();
+    let mut decoder = LineDecoder::new(limits.max_line_bytes);
+    let mut rbuf = BytesMut::with_capacity(4096);
+    let mut wbuf = BytesMut::with_capacity(4096);
+    let mut pending: FuturesOrdered<Pending> = FuturesOrdered::new();
+    let mut eof = false;
+    let mut quit = false;
+    let mut stopping = false;
+    let mut drained = false;
+    loop {
+        // Turn buffered lines into requests, up to the in-flight bound; they are
+        // decided at one instant (one clock read).
+        let mut clock = BatchClock::default();
+        let mut at_bound = false;
+        while !quit {
+            if pending.len() >= limits.max_in_flight {
+                at_bound = true;
+                break;
+            }
+            let frame = if eof {
+                decoder.decode_eof(&mut rbuf)?
+            } else {
+                decoder.decode(&mut rbuf)?
+            };
+            match frame {
+                None => break,
+                Some(Frame::TooLong) => {
+                    crate::metrics::error_reply(ErrorCode::TooLong);
+                    pending.push_back(Pending::Ready(Some(Reply::Error(ProtoError::new(
+                        ErrorCode::TooLong,
+                        format!(
+                            "line longer than server.max_line_bytes = {}",
+                            decoder.max_line_bytes()
+                        ),
+                    )))))
+                }
+                Some(Frame::Line(line)) => {
+                    let (reply, is_quit) = dispatch::handle_with(&limiter, &line, &mut clock);
+                    match reply {
+                        // Nothing ahead of it: a ready reply goes straight out, in order,
+                        // without a task node in `pending`.
+                        Pending::Ready(Some(reply)) if pending.is_empty() => {
+                            reply.encode(&mut wbuf)
+                        }
+                        reply => pending.push_back(reply),
+                    }
+                    quit = is_quit;
+                }
+            }
+        }
+        // Collect every reply that is ready now, in order, into one write.
+        while let Some(Some(reply)) = pending.next().now_or_never() {
+            reply.encode(&mut wbuf);
+        }
+        if !wbuf.is_empty() {
+            write_within(&mut wr, &wbuf, limits.idle_timeout).await?;
+            wbuf.clear();
+        }
+        if at_bound && pending.len() < limits.max_in_flight {
+            // Decoding stopped at the bound and replies have made room: lines may
+            // still be waiting in the buffer, decode them before reading more.
+            continue;
+        }
+        if stopping && !drained && !eof && !quit && pending.len() < limits.max_in_flight {
+            // Shutting down: still answer what the client sent before it, i.e. what
+            // can be read without waiting; stop at the first read that would block.
+            rbuf.reserve(4096);
+            match rd.try_read_buf(&mut rbuf) {
+                Ok(0) => eof = true,
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => drained = true,
+                Err(e) => return Err(e),
+            }
+            continue;
+        }
+        let input_closed = eof || quit || drained;
+        if input_closed && pending.is_empty() {
+            return Ok(());
+        }
+        let can_read = !input_closed && !stopping && pending.len() < limits.max_in_flight;
+        if can_read {
+            rbuf.reserve(4096);
+        }
+        let watch_idle = limits.idle_timeout.is_some() && can_read && pending.is_empty();
+        tokio::select! {
+            Some(reply) = pending.next(), if !pending.is_empty() => reply.encode(&mut wbuf),
+            read = rd.read_buf(&mut rbuf), if can_read => {
+                if read? == 0 {
+                    eof = true;
+                }
+                last_read = tokio::time::Instant::now();
+            }
+            _ = shutdown.cancelled(), if !stopping => stopping = true,
+            () = &mut idle, if watch_idle => {
+                // The timer is re-armed lazily: only when it fires is the last read checked.
+                let deadline = last_read + idle_limit;
+                if deadline <= tokio::time::Instant::now() {
+                    tracing::debug!("closing a connection idle for server.idle_timeout_ms");
+                    return Ok(());
+                }
+                idle.as_mut().reset(deadline);
+            }
+            else => return Ok(()),
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! One request line into its reply: parse it, ask the limiter, encode the answer.
+//!
+//! The one place where the wire format meets the decision flow: the parser knows no
+//! rules, the limiter knows no wire format. Every `ERR` reply of a request is counted
+//! here.
+
+use crate::clock::BatchClock;
+use crate::limiter::{Check, CheckError, Decided, Limiter};
+use crate::metrics;
+use crate::protocol::{self, ErrorCode, ProtoError, Reply, Request};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+/// A reply on its way: ready now, or waiting on Redis (bounded by the Redis timeout).
+pub enum Pending {
+    /// Decided without I/O.
+    Ready(Option<Reply>),
+    /// A Redis decision in flight.
+    Redis(Pin<Box<dyn Future<Output = Decided> + Send>>),
+}
+
+impl Future for Pending {
+    type Output = Reply;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Reply> {
+        match self.get_mut() {
+            Pending::Ready(reply) => Poll::Ready(reply.take().unwrap_or_else(|| {
+                ProtoError::new(ErrorCode::Internal, "reply polled twice").into()
+            })),
+            Pending::Redis(fut) => fut
+                .as_mut()
+                .poll(cx)
+                .map(|d| Reply::Decision(d.decision, d.window_ms)),
+        }
+    }
+}
+
+/// Answers one request line (terminator removed). The `bool` is true for `QUIT`: the
+/// connection closes after this reply.
+pub fn handle(limiter: &Arc<Limiter>, line: &[u8]) -> (Pending, bool) {
+    handle_with(limiter, line, &mut BatchClock::default())
+}
+
+/// [`handle`], reading the wall clock through `clock`, shared by the lines of one
+/// batch.
+pub fn handle_with(limiter: &Arc<Limiter>, line: &[u8], clock: &mut BatchClock) -> (Pending, bool) {
+    let ready = |reply: Reply| Pending::Ready(Some(reply));
+    match protocol::parse(line) {
+        Ok(Request::Check { rule, key, cost }) => {
+            let pending = match limiter.check(rule, key, cost, clock) {
+                Check::Ready(Ok(d)) => ready(Reply::Decision(d.decision, d.window_ms)),
+                Check::Ready(Err(e)) => ready(refusal(e, rule).into()),
+                Check::Redis(fut) => Pending::Redis(fut),
+            };
+            (pending, false)
+        }
+        Ok(Request::Ping) => (ready(Reply::Pong), false),
+        Ok(Request::Quit) => (ready(Reply::Bye), true),
+        Err(e) => {
+            metrics::error_reply(e.code);
+            (ready(e.into()), false)
+        }
+    }
+}
+
+/// The `ERR` reply of a `CHECK` the limiter refused (`rule` as the client sent it).
+fn refusal(e: CheckError, rule: &[u8]) -> ProtoError {
+    let error = match e {
+        CheckError::UnknownRule => ProtoError::new(
+            ErrorCode::Rule,
+            format!("unknown rule '{}'", protocol::printable(rule, 64)),
+        ),
+        CheckError::CostAboveLimit { .. } => ProtoError::new(ErrorCode::Cost, e.to_string()),
+        CheckError::KeyTooLong => ProtoError::new(ErrorCode::Key, e.to_string()),
+    };
+    metrics::error_reply(error.code);
+    error
+}

@@ -1,0 +1,143 @@
+//! The accept loop: admits a connection (peer credentials, then one of
+//! `server.max_connections` slots), serves it on its own task, and on shutdown stops
+//! accepting and waits for every connection to answer what it received.
+
+use super::{connection, ConnectionLimits, PeerAccess};
+use crate::limiter::Limiter;
+use crate::protocol::{ErrorCode, ProtoError, Reply};
+use crate::throttle::Throttle;
+use bytes::BytesMut;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Refusals of one kind are logged at most this often.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The log throttles of refused connections, one per kind.
+struct Refusals {
+    perm: Throttle,
+    busy: Throttle,
+}
+
+impl Default for Refusals {
+    fn default() -> Self {
+        Refusals {
+            perm: Throttle::new(REFUSAL_LOG_INTERVAL),
+            busy: Throttle::new(REFUSAL_LOG_INTERVAL),
+        }
+    }
+}
+
+/// Serves `listener` until `shutdown` is cancelled, then stops accepting and waits for
+/// every connection to answer what it has already received.
+pub async fn serve(
+    listener: UnixListener,
+    limiter: Arc<Limiter>,
+    limits: ConnectionLimits,
+    shutdown: CancellationToken,
+) {
+    let tracker = TaskTracker::new();
+    let limits = Arc::new(limits);
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let refusals = Refusals::default();
+    let open = crate::metrics::connections();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let Some(slot) = admit(&stream, &limits, &slots, &refusals) else {
+                        continue;
+                    };
+                    let limiter = Arc::clone(&limiter);
+                    let limits = Arc::clone(&limits);
+                    let shutdown = shutdown.clone();
+                    let open = open.clone();
+                    open.increment(1.0);
+                    tracker.spawn(async move {
+                        if let Err(e) = connection::serve(stream, limiter, &limits, shutdown).await {
+                            tracing::debug!(error = %e, "connection ended with an error");
+                        }
+                        open.decrement(1.0);
+                        drop(slot);
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+    drop(listener);
+    tracker.close();
+    tracker.wait().await;
+}
+
+/// Checks a new connection against `allow_uids`/`allow_gids`, then takes one of the
+/// `max_connections` slots. A refused connection is told why (`ERR PERM` or `ERR BUSY`,
+/// written without waiting: its send buffer is empty), logged, and closed on drop.
+fn admit(
+    stream: &UnixStream,
+    limits: &ConnectionLimits,
+    slots: &Arc<Semaphore>,
+    refusals: &Refusals,
+) -> Option<OwnedSemaphorePermit> {
+    let refuse = |code, message: &str| {
+        crate::metrics::error_reply(code);
+        let mut line = BytesMut::new();
+        Reply::Error(ProtoError::new(code, message)).encode(&mut line);
+        let _ = stream.try_write(&line);
+    };
+    if let Err(message) = check_peer(stream, &limits.access) {
+        refuse(ErrorCode::Perm, &message);
+        if let Some(suppressed) = refusals.perm.admit() {
+            tracing::warn!(suppressed, "refused a connection: {message}");
+        }
+        return None;
+    }
+    match Arc::clone(slots).try_acquire_owned() {
+        Ok(slot) => Some(slot),
+        Err(_) => {
+            refuse(
+                ErrorCode::Busy,
+                &format!(
+                    "too many connections (server.max_connections = {}); retry later",
+                    limits.max_connections
+                ),
+            );
+            if let Some(suppressed) = refusals.busy.admit() {
+                tracing::warn!(
+                    suppressed,
+                    "refused a connection: server.max_connections = {} reached",
+                    limits.max_connections
+                );
+            }
+            None
+        }
+    }
+}
+
+/// `Err(message for the peer and the log)` if `access` does not let the peer in.
+fn check_peer(stream: &UnixStream, access: &PeerAccess) -> Result<(), String> {
+    if access.uids.is_empty() && access.gids.is_empty() {
+        return Ok(());
+    }
+    let cred = stream
+        .peer_cred()
+        .map_err(|e| format!("cannot read the peer's credentials: {e}"))?;
+    if access.allows(cred.uid(), cred.gid()) {
+        return Ok(());
+    }
+    let pid = cred.pid().map_or_else(|| "?".into(), |p| p.to_string());
+    Err(format!(
+        "peer pid {pid} uid {} gid {} is not in server.allow_uids / server.allow_gids",
+        cred.uid(),
+        cred.gid()
+    ))
+}

@@ -1,0 +1,69 @@
+//! The Unix socket server: who may connect, and how each connection is served.
+//!
+//! * [`socket`]: creating the socket file safely (`server.socket`, `socket_mode`);
+//! * [`listener`]: the accept loop, the connection cap, peer credentials, shutdown;
+//! * [`connection`]: one connection: read lines, decide concurrently, write in order;
+//! * [`dispatch`]: one line into its reply (parse, ask the limiter, encode).
+
+pub mod connection;
+pub mod dispatch;
+pub mod listener;
+pub mod socket;
+
+pub use dispatch::Pending;
+pub use listener::serve;
+pub use socket::{bind, BindError};
+
+use crate::config::ServerConfig;
+use std::time::Duration;
+
+/// Per-connection limits, from `[server]`.
+#[derive(Debug, Clone)]
+pub struct ConnectionLimits {
+    /// Longest request line, bytes.
+    pub max_line_bytes: usize,
+    /// Requests decided concurrently per connection.
+    pub max_in_flight: usize,
+    /// Connections served at once; one more is answered `ERR BUSY` and closed.
+    pub max_connections: usize,
+    /// Close a connection idle (nothing received, nothing to answer) or not taking its
+    /// replies for this long; `None` = never.
+    pub idle_timeout: Option<Duration>,
+    /// Who may connect (`SO_PEERCRED`).
+    pub access: PeerAccess,
+}
+
+impl From<&ServerConfig> for ConnectionLimits {
+    fn from(c: &ServerConfig) -> Self {
+        ConnectionLimits {
+            max_line_bytes: c.max_line_bytes,
+            max_in_flight: c.max_in_flight,
+            max_connections: c.max_connections,
+            idle_timeout: (c.idle_timeout_ms > 0).then(|| Duration::from_millis(c.idle_timeout_ms)),
+            access: PeerAccess {
+                uids: c.allow_uids.clone(),
+                gids: c.allow_gids.clone(),
+            },
+        }
+    }
+}
+
+/// `server.allow_uids` / `server.allow_gids`: both empty lets every peer in (the socket
+/// file's permissions still apply); otherwise a peer needs its uid in `uids` or its
+/// (effective, primary) gid in `gids`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerAccess {
+    /// Allowed peer uids.
+    pub uids: Vec<u32>,
+    /// Allowed peer gids (primary gid only: `SO_PEERCRED` carries no supplementary groups).
+    pub gids: Vec<u32>,
+}
+
+impl PeerAccess {
+    /// True if a peer with `uid` and `gid` may be served.
+    pub fn allows(&self, uid: u32, gid: u32) -> bool {
+        (self.uids.is_empty() && self.gids.is_empty())
+            || self.uids.contains(&uid)
+            || self.gids.contains(&gid)
+    }
+}

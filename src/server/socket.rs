@@ -1,0 +1,99 @@
+//! The socket file: created with exactly `server.socket_mode`, in a directory no other
+//! user can tamper with, replacing only a stale socket left by a dead daemon.
+
+use std::io;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use tokio::net::UnixListener;
+
+/// Why the socket could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    /// A daemon already answers on the path.
+    #[error("{0}: another daemon is already serving on this socket; stop it first")]
+    InUse(PathBuf),
+    /// Something that is not a socket sits at the path.
+    #[error("{0}: exists and is not a socket; refusing to remove it")]
+    NotASocket(PathBuf),
+    /// The socket's directory lets anyone replace the socket file.
+    #[error(
+        "{0}: the socket's directory is world-writable without the sticky bit, so any local \
+         user could delete or replace the socket and impersonate the daemon; use a directory \
+         only the daemon's user can write (e.g. /run/ratelimitd, mode 0755) or set its \
+         sticky bit (chmod +t)"
+    )]
+    UnsafeDirectory(PathBuf),
+    /// The OS refused.
+    #[error("{path}: {source}")]
+    Io {
+        /// The socket path.
+        path: PathBuf,
+        /// What the OS said.
+        source: io::Error,
+    },
+}
+
+/// Binds the Unix socket at `path` with permission bits `mode`.
+///
+/// Creates the parent directory if missing, and refuses a directory that is
+/// world-writable without the sticky bit. A socket file left by a dead daemon is
+/// removed; a live one (it accepts a connection) or a non-socket file is an error. The
+/// socket file has exactly `mode` from its creation on (no window with wider bits).
+pub fn bind(path: &Path, mode: u32) -> Result<UnixListener, BindError> {
+    let io_err = |source| BindError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(io_err)?;
+    check_directory(dir)?;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if !meta.file_type().is_socket() => {
+            return Err(BindError::NotASocket(path.to_owned()))
+        }
+        Ok(_) => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(BindError::InUse(path.to_owned()));
+            }
+            std::fs::remove_file(path).map_err(io_err)?;
+            tracing::info!(socket = %path.display(), "removed a stale socket file");
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(e)),
+    }
+    let listener = bind_with_mode(path, mode).map_err(io_err)?;
+    listener.set_nonblocking(true).map_err(io_err)?;
+    UnixListener::from_std(listener).map_err(io_err)
+}
+
+/// Refuses a world-writable directory without the sticky bit (`UnsafeDirectory`).
+fn check_directory(dir: &Path) -> Result<(), BindError> {
+    let mode = std::fs::metadata(dir)
+        .map_err(|source| BindError::Io {
+            path: dir.to_owned(),
+            source,
+        })?
+        .permissions()
+        .mode();
+    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+        return Err(BindError::UnsafeDirectory(dir.to_owned()));
+    }
+    Ok(())
+}
+
+/// `bind(2)` under a umask that leaves exactly `mode`, then `chmod` to `mode` (the umask
+/// only clears bits): the socket never exists with wider permissions.
+fn bind_with_mode(path: &Path, mode: u32) -> io::Result<std::os::unix::net::UnixListener> {
+    // SAFETY: umask(2) only swaps the process's file-creation mask; it is restored at
+    // once. Start-up creates no other file concurrently.
+    let old = unsafe { libc::umask((!mode & 0o777) as libc::mode_t) };
+    let bound = std::os::unix::net::UnixListener::bind(path);
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    let listener = bound?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    Ok(listener)
+}

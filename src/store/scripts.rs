@@ -1,0 +1,128 @@
+//! What is sent to Redis for a decision, per algorithm, in one place: the script (each
+//! algorithm's Lua twin, from the algorithm table), the key and its suffix, the
+//! arguments, and how the reply is read.
+//!
+//! Nothing here is per algorithm: a new algorithm's `SPEC` and `Shape` give all of it.
+
+use crate::algorithm::{Arg, Kind, Outcome, Params};
+use fred::error::{Error, ErrorKind};
+use fred::types::scripts::Script;
+use fred::types::Value;
+
+/// Every algorithm's script, loaded together, indexed by [`Kind`].
+pub struct Scripts(Vec<Script>);
+
+impl Scripts {
+    /// The scripts of every algorithm in the table (their SHA1 computed once).
+    pub fn new() -> Self {
+        Scripts(
+            Kind::ALL
+                .iter()
+                .map(|k| Script::from_lua(k.spec().lua))
+                .collect(),
+        )
+    }
+
+    /// The script of `kind`.
+    pub fn of(&self, kind: Kind) -> &Script {
+        &self.0[kind as usize]
+    }
+
+    /// Every script.
+    pub fn all(&self) -> &[Script] {
+        &self.0
+    }
+}
+
+impl Default for Scripts {
+    fn default() -> Self {
+        Scripts::new()
+    }
+}
+
+/// The Redis key of `tag` (`"<rule>:<key>"`) under `params`' algorithm:
+/// `<prefix>:{<tag>}:<suffix>`. The hash tag puts the key in `tag`'s slot; the suffix
+/// (the algorithm's, from its `SPEC`) keeps a rule whose algorithm a reload changed from
+/// reading the other algorithm's state (a hash where a sorted set is expected would
+/// fail with `WRONGTYPE`; another hash layout would be misread): it starts afresh, as
+/// the local twins do.
+///
+/// A `}` inside the key would end the hash tag early (Redis hashes the text between the
+/// first `{` and the next `}`), so it is written as a space, a byte protocol keys never
+/// contain: the mapping stays one-to-one and the whole tag is hashed.
+pub fn key(prefix: &str, tag: &str, params: &Params) -> String {
+    let suffix = params.kind().spec().suffix;
+    let mut key = String::with_capacity(prefix.len() + tag.len() + 4 + suffix.len());
+    key.push_str(prefix);
+    key.push_str(":{");
+    if tag.contains('}') {
+        key.push_str(&tag.replace('}', " "));
+    } else {
+        key.push_str(tag);
+    }
+    key.push_str("}:");
+    key.push_str(suffix);
+    key
+}
+
+/// The script arguments for `cost` units under `params`. Integers go as fred integers
+/// (sent as bulk strings, formatted with itoa), rates as doubles (shortest round-trip
+/// form, which Lua's tonumber reads back exactly).
+pub fn args(params: &Params, cost: u32) -> Vec<Value> {
+    params.script_args(cost).into_iter().map(value).collect()
+}
+
+fn value(arg: Arg) -> Value {
+    match arg {
+        // An integer-valued double (a count of µ-units or µs) is sent as an integer; a
+        // fractional one (a shared limit) as a double.
+        Arg::Whole(x) if x.fract() == 0.0 && x.abs() < 9e15 => Value::Integer(x as i64),
+        Arg::Whole(x) | Arg::Double(x) => Value::Double(x),
+        Arg::Int(i) => Value::Integer(i),
+    }
+}
+
+/// Reads a script's reply: `{allowed, remaining, reset_ms, wait_ms}`, every script alike.
+pub fn outcome(reply: &[i64]) -> Result<Outcome, Error> {
+    match *reply {
+        [allowed, remaining, reset_ms, wait_ms] => Ok(Outcome {
+            allowed: allowed == 1,
+            remaining: remaining.max(0) as u64,
+            reset_ms: reset_ms.max(0) as u64,
+            wait_ms: wait_ms.max(0) as u64,
+        }),
+        _ => Err(Error::new(
+            ErrorKind::Parse,
+            format!("script returned {reply:?}, expected 4 integers"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::{token_bucket, WindowParams};
+
+    #[test]
+    fn keys_carry_the_tag_and_the_suffix() {
+        let tb = Params::TokenBucket(token_bucket::Params::shared(2, 1.0, 1));
+        assert_eq!(key("rl", "r:k", &tb), "rl:{r:k}:tb");
+        let fw = Params::FixedWindow(WindowParams::shared(3, 1000, 1));
+        assert_eq!(key("rl", "r:a}b", &fw), "rl:{r:a b}:fw");
+    }
+
+    #[test]
+    fn counts_go_as_integers_rates_as_doubles() {
+        let tb = Params::TokenBucket(token_bucket::Params::shared(2, 1.5, 1));
+        assert_eq!(
+            args(&tb, 1),
+            vec![
+                Value::Integer(2_000_000),
+                Value::Double(1.5),
+                Value::Integer(1_000_000)
+            ]
+        );
+        let shared = Params::FixedWindow(WindowParams::shared(10, 1000, 4));
+        assert_eq!(args(&shared, 2)[0], Value::Double(2.5));
+    }
+}
