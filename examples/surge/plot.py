@@ -47,7 +47,7 @@ def per_second(run_dir):
 
 
 def main(out, dirs):
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True,
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11.5, 6.5), sharex=True,
                                       gridspec_kw={"height_ratios": [3, 2]})
     capacity = None
     for d in dirs:
@@ -63,19 +63,19 @@ def main(out, dirs):
         if p.get("redis_killed_at") is not None:
             for ax in (top, bottom):
                 ax.axvspan(p["redis_killed_at"], p["redis_restarted_at"], color="0.85", zorder=0)
-            top.text(p["redis_killed_at"], 0.97, " Redis down", transform=top.get_xaxis_transform(),
+            top.text(p["redis_killed_at"], 0.97, " Redis down (green run)", transform=top.get_xaxis_transform(),
                      va="top", fontsize=8)
     bottom.axhline(capacity, color="black", lw=1, ls="--",
                    label=f"matching service capacity ({capacity:.0f} RPS)")
     top.set_yscale("log")
     top.set_ylabel("latency per second of run (ms)")
     top.grid(True, which="both", alpha=0.3)
-    top.legend(fontsize=7, loc="upper right", ncol=1 if len(dirs) < 3 else 2)
+    top.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     bottom.set_ylabel("calls reaching the\nmatching service (per s)")
     bottom.set_xlabel("seconds since the surge began")
     bottom.set_ylim(bottom=0)
     bottom.grid(True, alpha=0.3)
-    bottom.legend(fontsize=7, loc="upper right")
+    bottom.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     users = res["params"]["users"]
     fig.suptitle(f"Concert surge: {users} riders, waits "
                  f"{res['params']['wait_min']}–{res['params']['wait_max']} s", fontsize=11)

@@ -152,7 +152,9 @@ def params_text(res):
         f"refused {p['backend_503']} (503 queue full), timed out {p['backend_504']} (504)",
         f"- CPU (share of one core): locust {p.get('cpu_locust', '?')}, API {p.get('cpu_api', '?')}, "
         f"ratelimitd {p.get('cpu_daemon', '?')}, redis {p.get('cpu_redis', '?')}; "
-        f"load average before/after: {p.get('load_before', '?')} / {p.get('load_after', '?')}",
+        f"load average before/after: {p.get('load_before', '?')} / {p.get('load_after', '?')}, "
+        f"during (every 5 s): mean {p.get('load_during_mean', '?')}, max {p.get('load_during_max', '?')}"
+        + (f"; run at nice {p['nice']}" if p.get("nice") else ""),
     ]
     if p.get("limiter"):
         lines.append(f"- limiter: {p['limiter']}")
