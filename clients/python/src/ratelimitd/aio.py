@@ -87,7 +87,11 @@ class AsyncClient:
         loop = asyncio.get_running_loop()
         payload = "".join([request_line(r, k, n) for r, k, n in items]).encode("ascii")
         batch = _Batch(payload, len(items), loop.create_future(), loop.time() + self.timeout)
-        await self._send(batch, loop)
+        conn = self._conn
+        if conn is not None and not conn.closed and conn.loop is loop:
+            self._enqueue(conn, batch, loop)  # the common case: no coroutine to connect
+        else:
+            await self._send(batch, loop)
         lines, cause = await batch.future
         out: List[Result] = []
         bug: Optional[RequestError] = None
@@ -132,6 +136,9 @@ class AsyncClient:
             except OSError as e:
                 batch.finish(f"{type(e).__name__}: {e}")
                 return
+        self._enqueue(conn, batch, loop)
+
+    def _enqueue(self, conn: _Conn, batch: _Batch, loop: asyncio.AbstractEventLoop) -> None:
         batch.reused = conn.used
         conn.pending.append(batch)
         if not conn.out:
@@ -186,30 +193,28 @@ class AsyncClient:
         return conn
 
     async def _read(self, conn: _Conn) -> None:
-        buf = b""
+        rest = ""
         cause = "ConnectionResetError: daemon closed the connection"
         try:
             while True:
                 chunk = await conn.reader.read(65536)
                 if not chunk:
                     break
-                buf += chunk
-                while True:
-                    nl = buf.find(b"\n")
-                    if nl < 0:
-                        break
-                    line, buf = buf[:nl].decode("ascii", "replace"), buf[nl + 1 :]
+                *lines, rest = (rest + chunk.decode("ascii", "replace")).split("\n")
+                if lines:
                     conn.used = True
-                    if not conn.pending:
+                pending = conn.pending
+                for line in lines:
+                    if not pending:
                         continue  # unsolicited (ERR BUSY/PERM at connect)
-                    batch = conn.pending[0]
+                    batch = pending[0]
                     batch.lines.append(line)
                     if len(batch.lines) == batch.n:
-                        conn.pending.popleft()
-                        if not conn.pending and conn.timer is not None:
-                            conn.timer.cancel()
-                            conn.timer = None
+                        pending.popleft()
                         batch.finish(None)
+                if not pending and conn.timer is not None:
+                    conn.timer.cancel()
+                    conn.timer = None
         except (OSError, asyncio.IncompleteReadError) as e:
             cause = f"{type(e).__name__}: {e}"
         except asyncio.CancelledError:
