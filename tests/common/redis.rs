@@ -1,0 +1,358 @@
+//! Redis processes other than a cluster: a minimal RESP2 client (faster than spawning
+//! `redis-cli` for polling), one `redis-server` process, and a standalone server.
+
+use std::fs;
+use std::io;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+
+use super::*;
+
+/// How long one redis-server gets to start answering.
+const NODE_START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many times a node start is retried on fresh ports.
+const NODE_START_ATTEMPTS: usize = 8;
+
+/// A RESP2 reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resp {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Option<Vec<Resp>>),
+}
+
+impl Resp {
+    /// Simple/bulk string or integer as text; an error reply becomes `Err`;
+    /// nil becomes "". Arrays are rejected.
+    pub fn into_text(self) -> io::Result<String> {
+        match self {
+            Resp::Simple(s) => Ok(s),
+            Resp::Int(i) => Ok(i.to_string()),
+            Resp::Bulk(Some(b)) => Ok(String::from_utf8_lossy(&b).into_owned()),
+            Resp::Bulk(None) | Resp::Array(None) => Ok(String::new()),
+            Resp::Error(e) => Err(io::Error::other(format!("redis error: {e}"))),
+            Resp::Array(Some(_)) => Err(io::Error::other("unexpected array reply")),
+        }
+    }
+
+    /// An array of strings (e.g. the reply to KEYS).
+    pub fn into_strings(self) -> io::Result<Vec<String>> {
+        match self {
+            Resp::Array(Some(items)) => items.into_iter().map(Resp::into_text).collect(),
+            Resp::Array(None) => Ok(Vec::new()),
+            Resp::Error(e) => Err(io::Error::other(format!("redis error: {e}"))),
+            other => Err(io::Error::other(format!(
+                "expected an array, got {other:?}"
+            ))),
+        }
+    }
+}
+
+/// Send one command to `addr` ("127.0.0.1:PORT") on a fresh connection and
+/// read the reply. Connect timeout 1 s, read/write timeout 3 s.
+pub fn redis_command(addr: &str, args: &[&str]) -> io::Result<Resp> {
+    let sa: SocketAddr = addr
+        .parse()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{addr}: {e}")))?;
+    let stream = TcpStream::connect_timeout(&sa, Duration::from_secs(1))?;
+    stream.set_read_timeout(Some(Duration::from_secs(3)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(3)))?;
+    stream.set_nodelay(true)?;
+    let mut buf = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        buf.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        buf.extend_from_slice(a.as_bytes());
+        buf.extend_from_slice(b"\r\n");
+    }
+    (&stream).write_all(&buf)?;
+    read_resp(&mut BufReader::new(&stream))
+}
+
+/// `redis_command(..)?.into_text()`.
+pub fn redis_text(addr: &str, args: &[&str]) -> io::Result<String> {
+    redis_command(addr, args)?.into_text()
+}
+
+fn read_resp(r: &mut impl BufRead) -> io::Result<Resp> {
+    let mut line = Vec::new();
+    r.read_until(b'\n', &mut line)?;
+    if line.len() < 3 || !line.ends_with(b"\r\n") {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "truncated RESP reply",
+        ));
+    }
+    line.truncate(line.len() - 2);
+    let rest = String::from_utf8_lossy(&line[1..]).into_owned();
+    let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("bad {what}"));
+    match line[0] {
+        b'+' => Ok(Resp::Simple(rest)),
+        b'-' => Ok(Resp::Error(rest)),
+        b':' => rest.parse().map(Resp::Int).map_err(|_| bad("RESP integer")),
+        b'$' => {
+            let n: i64 = rest.parse().map_err(|_| bad("RESP bulk length"))?;
+            if n < 0 {
+                return Ok(Resp::Bulk(None));
+            }
+            let mut data = vec![0u8; n as usize + 2];
+            r.read_exact(&mut data)?;
+            data.truncate(n as usize);
+            Ok(Resp::Bulk(Some(data)))
+        }
+        b'*' => {
+            let n: i64 = rest.parse().map_err(|_| bad("RESP array length"))?;
+            if n < 0 {
+                return Ok(Resp::Array(None));
+            }
+            let items = (0..n).map(|_| read_resp(r)).collect::<io::Result<_>>()?;
+            Ok(Resp::Array(Some(items)))
+        }
+        _ => Err(bad("RESP type byte")),
+    }
+}
+
+/// Run `redis-cli -h 127.0.0.1 -p PORT args...` and return its stdout, trimmed.
+/// (Errors from redis-cli itself, e.g. "connection refused", go to stderr and
+/// are not returned.) Pass `-c` as the first arg to follow cluster redirects.
+pub fn redis_cli(addr: &str, args: &[&str]) -> String {
+    let port = port_of(addr).to_string();
+    let out = Command::new(redis_cli_bin())
+        .args(["-h", "127.0.0.1", "-p", &port])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running {} (is it installed?): {e}", redis_cli_bin()));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+pub(crate) struct RedisNode {
+    pub(crate) port: u16,
+    /// `Some` for a cluster node.
+    pub(crate) cluster_port: Option<u16>,
+    pub(crate) dir: PathBuf,
+    pub(crate) child: Option<Child>,
+}
+
+impl RedisNode {
+    /// Create `<base>/<name>/`, write its config on fresh free ports and start
+    /// it; retried on new ports (up to NODE_START_ATTEMPTS) if it cannot start,
+    /// e.g. because a port was taken between picking and binding.
+    pub(crate) fn create(base: &Path, name: &str, cluster: Option<u64>) -> RedisNode {
+        let dir = base.join(name);
+        let mut errors = Vec::new();
+        for _ in 0..NODE_START_ATTEMPTS {
+            if dir.exists() {
+                fs::remove_dir_all(&dir).expect("removing a failed node dir");
+            }
+            fs::create_dir_all(&dir).expect("creating a node dir");
+            let mut node = RedisNode {
+                port: free_port(),
+                cluster_port: cluster.map(|_| free_port()),
+                dir: dir.clone(),
+                child: None,
+            };
+            fs::write(node.conf_path(), node.config_text(cluster)).expect("writing redis.conf");
+            match node.launch() {
+                Ok(()) => return node,
+                Err(e) => errors.push(e),
+            }
+        }
+        panic!(
+            "could not start redis-server {name} after {NODE_START_ATTEMPTS} attempts:\n{}",
+            errors.join("\n---\n")
+        );
+    }
+
+    pub(crate) fn config_text(&self, cluster_node_timeout_ms: Option<u64>) -> String {
+        let dir = self.dir.display();
+        let mut c = format!(
+            "port {port}\n\
+             bind 127.0.0.1\n\
+             protected-mode no\n\
+             daemonize no\n\
+             dir {dir}\n\
+             logfile {dir}/redis.log\n\
+             appendonly no\n\
+             save \"\"\n\
+             repl-diskless-sync yes\n\
+             repl-diskless-sync-delay 0\n\
+             enable-debug-command yes\n",
+            port = self.port,
+        );
+        if let (Some(cport), Some(timeout)) = (self.cluster_port, cluster_node_timeout_ms) {
+            c.push_str(&format!(
+                "cluster-enabled yes\n\
+                 cluster-port {cport}\n\
+                 cluster-config-file {dir}/nodes.conf\n\
+                 cluster-node-timeout {timeout}\n"
+            ));
+        }
+        c
+    }
+
+    pub(crate) fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+    pub(crate) fn conf_path(&self) -> PathBuf {
+        self.dir.join("redis.conf")
+    }
+    pub(crate) fn log_path(&self) -> PathBuf {
+        self.dir.join("redis.log")
+    }
+    pub(crate) fn stdio_path(&self) -> PathBuf {
+        self.dir.join("stdio.log")
+    }
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub(crate) fn logs_tail(&self, n: usize) -> String {
+        format!(
+            "== {} ({}) redis.log:\n{}\n== stdout/stderr:\n{}",
+            self.addr(),
+            self.dir.display(),
+            file_tail(&self.log_path(), n),
+            file_tail(&self.stdio_path(), n)
+        )
+    }
+
+    /// Start redis-server with the existing config file and wait until it
+    /// answers on its port *as this process* (INFO's process_id matches).
+    pub(crate) fn launch(&mut self) -> Result<(), String> {
+        assert!(self.child.is_none(), "node {} already running", self.addr());
+        let stdio = fs::File::create(self.stdio_path()).expect("creating stdio.log");
+        let mut cmd = Command::new(redis_server_bin());
+        cmd.arg(self.conf_path())
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(stdio.try_clone().expect("dup stdio.log"))
+            .stderr(stdio);
+        let child = spawn_owned(cmd)
+            .unwrap_or_else(|e| panic!("spawning {} (is it installed?): {e}", redis_server_bin()));
+        let pid = child.id();
+        self.child = Some(child);
+        let want = format!("process_id:{pid}\r");
+        let deadline = Instant::now() + NODE_START_TIMEOUT;
+        loop {
+            let child = self.child.as_mut().expect("child");
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Err(format!(
+                    "redis-server on port {} exited with {status}\n{}",
+                    self.port,
+                    self.logs_tail(20)
+                ));
+            }
+            if let Ok(info) = redis_text(&self.addr(), &["INFO", "server"]) {
+                if info.contains(&want) {
+                    return Ok(());
+                }
+            }
+            if Instant::now() >= deadline {
+                self.kill();
+                return Err(format!(
+                    "redis-server on port {} did not answer within {NODE_START_TIMEOUT:?}\n{}",
+                    self.port,
+                    self.logs_tail(20)
+                ));
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Restart on the same ports (other nodes and the daemon know them);
+    /// retried for a few seconds in case the port is briefly unavailable.
+    pub(crate) fn relaunch(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + NODE_START_TIMEOUT;
+        loop {
+            match self.launch() {
+                Ok(()) => return,
+                Err(e) if Instant::now() >= deadline => {
+                    panic!("could not restart redis-server {}:\n{e}", self.addr())
+                }
+                Err(_) => thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            kill_and_reap(&mut child);
+        }
+    }
+
+    pub(crate) fn signal(&self, sig: i32) {
+        if let Some(pid) = self.pid() {
+            // SAFETY: plain kill(2) on our own, not yet reaped, child.
+            unsafe {
+                libc::kill(pid as libc::pid_t, sig);
+            }
+        }
+    }
+}
+
+impl Drop for RedisNode {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One plain (non-cluster) redis-server. Killed and cleaned up on drop.
+pub struct RedisStandalone {
+    node: RedisNode,
+    dir: TempDir,
+}
+
+impl RedisStandalone {
+    pub fn start() -> Self {
+        let dir = short_tempdir("rld-redis-");
+        let node = RedisNode::create(dir.path(), "standalone", None);
+        RedisStandalone { node, dir }
+    }
+
+    /// "127.0.0.1:PORT".
+    pub fn addr(&self) -> String {
+        self.node.addr()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.node.port
+    }
+
+    /// Pid while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.node.pid()
+    }
+
+    /// Run redis-cli against it; returns trimmed stdout.
+    pub fn cli(&self, args: &[&str]) -> String {
+        redis_cli(&self.addr(), args)
+    }
+
+    /// SIGKILL by pid and reap.
+    pub fn kill(&mut self) {
+        self.node.kill();
+    }
+
+    /// Restart on the same port (killing it first if running); empty data.
+    pub fn restart(&mut self) {
+        self.node.relaunch();
+    }
+
+    /// Send a signal (e.g. SIGSTOP / SIGCONT).
+    pub fn signal(&self, sig: i32) {
+        self.node.signal(sig);
+    }
+
+    pub fn logs_tail(&self, n: usize) -> String {
+        self.node.logs_tail(n)
+    }
+}
