@@ -9,6 +9,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 pkg=$(cd "$here/.." && pwd)
 root=${RL_TEST_ROOT:-$(mktemp -d)}
 scratch=$root/node-scratch
+[ -n "${HOME:-}" ] || export npm_config_cache=$root/npm-cache
 rm -rf "$scratch"
 mkdir -p "$scratch/test"
 tgz=$(cd "$scratch" && npm pack --silent "$pkg")

@@ -9,6 +9,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=${RL_TEST_ROOT:-$(mktemp -d)}
 venv=$root/py-venv
+[ -n "${HOME:-}" ] || export PIP_CACHE_DIR=$root/pip-cache
 rm -rf "$venv"
 "${PYTHON:-python3}" -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check "$here/..[test]"
