@@ -53,7 +53,8 @@ if [ -e "$report_dir/header.txt" ]; then
   cat "$report_dir/header.txt" "$report_dir"/s*.row 2>/dev/null || true
 fi
 # A scenario that failed before writing its report (e.g. its cluster did not start).
-for name in $(sed -n 's/^test \(s[0-9][a-z0-9_]*\) \.\.\. FAILED$/\1/p' "$log"); do
+# (Tests are named <family>::<scenario>, e.g. outages::s1_failover.)
+for name in $(sed -n 's/^test \([a-z_]*::\)\{0,1\}\(s[0-9][a-z0-9_]*\) \.\.\. FAILED$/\2/p' "$log"); do
   [ -e "$report_dir/$name.row" ] || echo "$name: FAILED before writing its report (see $log)"
 done
 echo "chaos: $passed passed, $failed failed"
