@@ -86,7 +86,9 @@ class MiddlewareTest(unittest.TestCase):
             def log_message(self, *args: Any) -> None:
                 pass
 
-        limited = WSGIRateLimit(app, Client(self.d.socket, timeout=5),
+        client = Client(self.d.socket, timeout=5)
+        self.addCleanup(client.close)
+        limited = WSGIRateLimit(app, client,
                                 checks=lambda environ: [("fast", "wsgiref"), ("api", "wsgiref")])
         server = make_server("127.0.0.1", 0, limited, handler_class=Quiet)
         threading.Thread(target=server.serve_forever, daemon=True).start()
