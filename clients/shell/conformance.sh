@@ -8,7 +8,7 @@ conformance_records() {
   python3 - "$1" <<'PY'
 import json, sys
 for c in json.load(open(sys.argv[1], encoding="utf-8"))["cases"]:
-    o = {"fail_open": True, "legacy_headers": False, "timeout_ms": 200, **c.get("options", {})}
+    o = {"fail_open": True, "legacy_headers": False, "timeout_ms": 5000, **c.get("options", {})}
     print("case", c["name"], c["daemon"], int(o["fail_open"]), int(o["legacy_headers"]), o["timeout_ms"] / 1000, sep="\t")
     for ch in c["checks"]:
         print("check", *ch, sep="\t")

@@ -46,7 +46,7 @@ function viaMiddleware(c, rl, opts) {
 for (const c of loadCases()) {
   for (const way of ['client', 'middleware']) {
     test(`${way} ${c.name}`, async () => {
-      const opts = { fail_open: true, legacy_headers: false, timeout_ms: 200, ...(c.options || {}) };
+      const opts = { fail_open: true, legacy_headers: false, timeout_ms: 5000, ...(c.options || {}) };
       const fake = await new FakeDaemon(c.daemon, c.replies).listen();
       const rl = new Client({ socket: fake.path, timeoutMs: opts.timeout_ms, failOpen: opts.fail_open });
       try {

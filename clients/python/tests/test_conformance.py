@@ -94,7 +94,7 @@ class Conformance(unittest.TestCase):
 
 def make_test(case: dict, way: str) -> Any:
     def test(self: unittest.TestCase) -> None:
-        opts = {"fail_open": True, "legacy_headers": False, "timeout_ms": 200, **case.get("options", {})}
+        opts = {"fail_open": True, "legacy_headers": False, "timeout_ms": 5000, **case.get("options", {})}
         fake = FakeDaemon(case["daemon"], case.get("replies"))
         try:
             expect = case["expect"]
