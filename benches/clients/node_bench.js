@@ -74,7 +74,7 @@ async function main() {
   const ratios = a.map((x, i) => x / b[i]);
   console.log(JSON.stringify({
     lang: 'node',
-    keys,
+    keys: process.env.LABEL || keys,
     in_flight: IN_FLIGHT,
     ratelimitd: Math.round(median(a)),
     peer: Math.round(median(b)),

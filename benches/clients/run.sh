@@ -8,7 +8,9 @@
 #           default, and redis-py)
 # Keys: "spread" = a random key of 100,000 per decision (a fixed-window rule whose
 # limit is never reached, so every ratelimitd decision is one script call in Redis:
-# the sources seen are printed to prove it); "hot" = one key for every decision.
+# the sources seen are printed to prove it); "hot" = one key for every decision;
+# "hot, lease" = the same from a rule with lease = "auto" (Node only; skipped, with a
+# note, when the daemon does not take that setting).
 #
 #   bash benches/clients/run.sh [--quick]
 #
@@ -114,12 +116,35 @@ algorithm = "fixed_window"
 limit = 1000000000
 window = "1h"
 CONF
-RUST_LOG=${RUST_LOG:-warn} "$bin" --config "$work/rl.toml" >"$work/daemon.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 200); do
-  [ "$(printf 'PING\n' | socat -t 1 - "UNIX-CONNECT:$work/rl.sock" 2>/dev/null)" = PONG ] && break
-  sleep 0.05
-done
+# A hot key served from leases (lease = "auto"), when this daemon knows the setting.
+cp "$work/rl.toml" "$work/rl-base.toml"
+cat >>"$work/rl.toml" <<CONF
+
+[[rule]]
+name = "bench_lease"
+algorithm = "fixed_window"
+limit = 1000000000
+window = "1h"
+lease = "auto"
+CONF
+lease=1
+start_daemon() {
+  RUST_LOG=${RUST_LOG:-warn} "$bin" --config "$work/rl.toml" >>"$work/daemon.log" 2>&1 &
+  daemon_pid=$!
+  for _ in $(seq 1 200); do
+    [ "$(printf 'PING\n' | socat -t 1 - "UNIX-CONNECT:$work/rl.sock" 2>/dev/null)" = PONG ] && return 0
+    kill -0 "$daemon_pid" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+if ! start_daemon; then
+  echo "this daemon does not take lease = \"auto\": no lease measurement ($(tail -n 1 "$work/daemon.log"))"
+  lease=0
+  cp "$work/rl-base.toml" "$work/rl.toml"
+  start_daemon || { tail -n 20 "$work/daemon.log" >&2; exit 1; }
+fi
+pids+=("$daemon_pid")
 
 # --- measurements -----------------------------------------------------------------
 cp "$here/node_bench.js" "$cache/node/"
@@ -129,6 +154,10 @@ echo "in flight: $IN_FLIGHT; $PAIRS alternating pairs of $SLICE s slices per lin
 results=$work/results.jsonl
 for keys in spread hot; do
   (cd "$cache/node" && node node_bench.js "$work/rl.sock" bench "$node_list" "$keys") | tee -a "$results"
+  if [ "$keys" = hot ] && [ "$lease" = 1 ]; then
+    (cd "$cache/node" && LABEL="hot, lease" node node_bench.js "$work/rl.sock" bench_lease "$node_list" hot) |
+      tee -a "$results"
+  fi
   for driver in coredis redispy; do # limits' two async Redis Cluster drivers
     (cd "$work" && LIMITS_IMPL=$driver "$cache/venv/bin/python" "$here/py_bench.py" "$work/rl.sock" bench "$node_list" "$keys") |
       tee -a "$results"
