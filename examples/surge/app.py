@@ -2,7 +2,8 @@
 
 Three endpoints, each doing one call to the in-process matching service (matching.py):
     POST /api/rides/request     POST /api/fares/estimate     GET /api/drivers/nearby
-and GET /_stats, the matching service's counters (read by run.sh at the end of a run).
+GET /_stats, the matching service's counters (read by run.sh at the end of a run), and
+GET /healthz (riders open their connection with it before the surge).
 
 A plain ASGI callable (no framework: on a 2-core machine every microsecond the API
 spends is one the load generator cannot). Served by uvicorn:
@@ -70,6 +71,8 @@ async def api(scope, receive, send):
         stats = matching.stats()
         stats["limiter_sources"] = dict(limiter_sources)
         return await _send_json(send, 200, stats)
+    if path == "/healthz":
+        return await _send_json(send, 200, {"ok": True})
     endpoint = ROUTES.get((method, path))
     if endpoint is None:
         return await _send_json(send, 404, {"error": "not found"})
