@@ -181,7 +181,7 @@ class Client {
         else if (!(e instanceof ReplyError)) throw e;
         // ERR BUSY/PERM/INTERNAL: the daemon cannot serve us now (it closes the
         // connection itself after BUSY and PERM). An unreadable line: out of step.
-        else if (!batch.lines[i].startsWith('ERR') && batch.conn) this._lost(batch.conn, 'connection out of step');
+        else if (!batch.lines[i].startsWith('ERR') && batch.conn) this._lost(batch.conn, 'connection out of step', false);
         out[i] = fallback(rule, this.failOpen, e.message);
       }
     }

@@ -106,7 +106,7 @@ class AsyncClient:
                 out.append(fallback(rule, self.fail_open, str(e)))
             except ReplyError as e:
                 if not lines[i].startswith("ERR") and self._conn is not None:
-                    self._lost(self._conn, "connection out of step")
+                    self._lost(self._conn, "connection out of step", retry=False)
                 out.append(fallback(rule, self.fail_open, str(e)))
         if bug is not None:
             raise bug
