@@ -12,7 +12,7 @@
 # on: ratelimitd with a standalone Redis decides every request (limiter.py says how).
 # redis-killed: as on, but Redis is killed a third into the run and restarted at two
 #   thirds; the daemon decides from local buckets meanwhile (on_redis_failure = local).
-# Needs python3 (3.9+) and redis-server; the venv (locust, uvicorn, matplotlib) is made
+# Needs python3 (3.9+) and redis-server (redis-cli too); the venv (locust, uvicorn, matplotlib) is made
 # once by venv.sh. The daemon is $RATELIMITD_BIN, else target/release/ratelimitd (built
 # with cargo if absent).
 set -euo pipefail
@@ -79,6 +79,7 @@ trap 'exit 130' INT TERM
 
 free_port() { "$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 cpu_ticks() { [ -r "/proc/$1/stat" ] && sed 's/.*) //' "/proc/$1/stat" | awk '{print $12+$13}' || echo -1; }
+http_get() { "$VENV/bin/python" -c 'import sys, urllib.request as u; sys.stdout.write(u.urlopen(sys.argv[1], timeout=5).read().decode())' "$1"; }
 wait_for() { # wait_for <what> <command...>: up to 10 s
   local what="$1"; shift
   for _ in $(seq 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
@@ -142,7 +143,7 @@ GUARD_RULE=surge_matching; [ "$GUARD_RPS" = 0 ] && GUARD_RULE=""
   --host 127.0.0.1 --port "$API_PORT" --loop uvloop --http httptools --no-access-log \
   --log-level warning --backlog 4096 --timeout-keep-alive 30) >>"$OUT/raw/api.log" 2>&1 &
 API_PID=$!; PIDS+=("$API_PID")
-wait_for API curl -sf "http://127.0.0.1:$API_PORT/_stats"
+wait_for API http_get "http://127.0.0.1:$API_PORT/healthz"
 
 # --- the run ---------------------------------------------------------------------------
 if [ "$MODE" = redis-killed ]; then
@@ -166,7 +167,7 @@ echo "surge: $MODE, $USERS riders, ${SECONDS_} s -> $OUT" >&2
   times >"$OUT/raw/locust_times")
 LOAD_AFTER="$(cut -d' ' -f1-3 /proc/loadavg)"
 T_API1="$(cpu_ticks "$API_PID")" T_D1="$(cpu_ticks "${DAEMON_PID:-0}")" T_R1="$(cpu_ticks "${REDIS_PID:-0}")"
-curl -sf "http://127.0.0.1:$API_PORT/_stats" >"$OUT/raw/app_stats.json"
+http_get "http://127.0.0.1:$API_PORT/_stats" >"$OUT/raw/app_stats.json"
 [ -f "$OUT/raw/started" ] || { echo "run.sh: locust did not start; see $OUT/raw/locust.log" >&2; exit 1; }
 
 # --- results ---------------------------------------------------------------------------
