@@ -118,6 +118,8 @@ algorithm = "token_bucket"
 capacity = 20
 refill_rate = $RIDER_REFILL
 on_redis_failure = "local"
+EOF
+  [ "$GUARD_RPS" = 0 ] || cat >>"$WORK/ratelimitd.toml" <<EOF
 
 # The matching service's guard: one key, refilled below the pool's capacity.
 [[rule]]
