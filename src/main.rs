@@ -3,56 +3,88 @@
 //! Only the command line and logging live here; the daemon itself is
 //! [`ratelimitd::daemon`].
 
+mod cli_docs;
+mod journal;
+
 use clap::Parser;
 use ratelimitd::config::Config;
 use ratelimitd::daemon;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tracing_subscriber::EnvFilter;
 
 /// Per-host rate-limit daemon: answers CHECK requests on a Unix socket, deciding in
 /// Redis (Cluster) and falling back to local buckets when Redis is unreachable.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(
+    version,
+    about,
+    override_usage = "ratelimitd --config <PATH> [--check]"
+)]
 struct Cli {
-    /// Configuration file (TOML).
-    #[arg(long, short = 'c', value_name = "PATH")]
-    config: PathBuf,
+    /// Configuration file (TOML), see ratelimitd.toml(5).
+    #[arg(
+        long,
+        short = 'c',
+        value_name = "PATH",
+        value_hint = clap::ValueHint::FilePath,
+        required_unless_present_any = ["print_man", "print_completions"]
+    )]
+    config: Option<PathBuf>,
     /// Validate the configuration, print a summary and exit (0 valid, 2 invalid).
     #[arg(long)]
     check: bool,
+    /// Print the manual page ratelimitd(8) (roff) and exit.
+    #[arg(long, hide = true)]
+    print_man: bool,
+    /// Print the completion script for SHELL and exit.
+    #[arg(long, hide = true, value_name = "SHELL")]
+    print_completions: Option<clap_complete::Shell>,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,fred=error")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    let config = match Config::load(&cli.config) {
+    if cli.print_man {
+        return match cli_docs::print_man::<Cli>() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("ratelimitd: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if let Some(shell) = cli.print_completions {
+        cli_docs::print_completions::<Cli>(shell);
+        return ExitCode::SUCCESS;
+    }
+    let Some(config_path) = cli.config else {
+        unreachable!("clap requires --config without --print-man/--print-completions");
+    };
+    journal::init();
+    let config = match Config::load(&config_path) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("ratelimitd: invalid configuration: {e}");
+            // Under systemd this is how a reload's check fails: at priority err.
+            eprintln!(
+                "{}ratelimitd: invalid configuration: {e}",
+                journal::error_prefix()
+            );
             return ExitCode::from(2);
         }
     };
     if cli.check {
         println!(
             "{}: OK ({} rules, redis.mode = {:?}, socket {})",
-            cli.config.display(),
+            config_path.display(),
             config.rules.len(),
             config.redis.mode,
             config.server.socket.display()
         );
         return ExitCode::SUCCESS;
     }
-    match daemon::run(cli.config, config) {
+    match daemon::run(config_path, config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e @ daemon::StartError::Runtime(_)) => {
-            eprintln!("ratelimitd: {e}");
+            eprintln!("{}ratelimitd: {e}", journal::error_prefix());
             ExitCode::FAILURE
         }
         Err(e) => {

@@ -23,6 +23,23 @@ pub enum BindError {
          sticky bit (chmod +t)"
     )]
     UnsafeDirectory(PathBuf),
+    /// This user may not create the socket (or its directory) there.
+    #[error(
+        "{path}: cannot create the socket: {dir} is not writable by this user (uid {uid}). \
+         Under systemd, ratelimitd.socket creates the socket (systemctl enable --now \
+         ratelimitd.socket); to run the daemon as yourself, point server.socket at a \
+         directory you own, e.g. socket = \"ratelimitd.sock\" for the working directory \
+         (conf/dev.toml)"
+    )]
+    NotWritable {
+        /// The socket path.
+        path: PathBuf,
+        /// The directory that refused (the socket's, or the ancestor that could not
+        /// hold it).
+        dir: PathBuf,
+        /// The daemon's effective uid.
+        uid: u32,
+    },
     /// The OS refused.
     #[error("{path}: {source}")]
     Io {
@@ -40,14 +57,20 @@ pub enum BindError {
 /// removed; a live one (it accepts a connection) or a non-socket file is an error. The
 /// socket file has exactly `mode` from its creation on (no window with wider bits).
 pub fn bind(path: &Path, mode: u32) -> Result<UnixListener, BindError> {
-    let io_err = |source| BindError::Io {
-        path: path.to_owned(),
-        source,
-    };
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
+    let io_err = |source: io::Error| {
+        if source.kind() == io::ErrorKind::PermissionDenied {
+            not_writable(path, dir)
+        } else {
+            BindError::Io {
+                path: path.to_owned(),
+                source,
+            }
+        }
+    };
     std::fs::create_dir_all(dir).map_err(io_err)?;
     check_directory(dir)?;
     match std::fs::symlink_metadata(path) {
@@ -67,6 +90,22 @@ pub fn bind(path: &Path, mode: u32) -> Result<UnixListener, BindError> {
     let listener = bind_with_mode(path, mode).map_err(io_err)?;
     listener.set_nonblocking(true).map_err(io_err)?;
     UnixListener::from_std(listener).map_err(io_err)
+}
+
+/// `NotWritable`, naming the directory that refused: the socket's own if it exists,
+/// else the nearest existing ancestor (where `create_dir_all` failed).
+fn not_writable(path: &Path, dir: &Path) -> BindError {
+    let refused = dir
+        .ancestors()
+        .find(|d| d.as_os_str().is_empty() || d.exists())
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    BindError::NotWritable {
+        path: path.to_owned(),
+        dir: refused.to_owned(),
+        // SAFETY: geteuid(2) cannot fail and touches no memory.
+        uid: unsafe { libc::geteuid() },
+    }
 }
 
 /// Refuses a world-writable directory without the sticky bit (`UnsafeDirectory`).
