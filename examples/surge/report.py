@@ -170,8 +170,9 @@ def write_run(run_dir):
     res = build(run_dir)
     with open(os.path.join(run_dir, "results.json"), "w") as f:
         json.dump(res, f, indent=2)
-    label = {"off": "without limiter", "on": "with limiter"}.get(res["params"]["mode"],
-                                                                  res["params"]["mode"])
+    label = {"off": "without limiter", "on": "with limiter",
+             "redis-killed": "with limiter, Redis killed for the middle third"}.get(
+        res["params"]["mode"], res["params"]["mode"])
     with open(os.path.join(run_dir, "report.md"), "w") as f:
         f.write(f"# Surge run: {label}\n\n{table([(label, res)])}\n\n## Per endpoint\n\n"
                 f"{endpoint_table(res)}\n\n## Parameters\n\n{params_text(res)}\n\n"

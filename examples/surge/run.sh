@@ -12,9 +12,9 @@
 # on: ratelimitd with a standalone Redis decides every request (limiter.py says how).
 # redis-killed: as on, but Redis is killed a third into the run and restarted at two
 #   thirds; the daemon decides from local buckets meanwhile (on_redis_failure = local).
-# Needs python3 (3.9+) and redis-server (redis-cli too); the venv (locust, uvicorn, matplotlib) is made
-# once by venv.sh. The daemon is $RATELIMITD_BIN, else target/release/ratelimitd (built
-# with cargo if absent).
+# Needs python3 (3.9+) and redis-server (redis-cli too); venv.sh makes the venv (locust,
+# uvicorn, matplotlib) once. The daemon is $RATELIMITD_BIN, else
+# target/release/ratelimitd (built with cargo if absent).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -38,7 +38,7 @@ while [ $# -gt 0 ]; do
     --service-ms) SERVICE_MS="$2"; shift 2 ;;
     --queue-max) QUEUE_MAX="$2"; shift 2 ;;
     --queue-timeout-ms) QUEUE_TIMEOUT_MS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
