@@ -38,7 +38,7 @@ while [ $# -gt 0 ]; do
     --service-ms) SERVICE_MS="$2"; shift 2 ;;
     --queue-max) QUEUE_MAX="$2"; shift 2 ;;
     --queue-timeout-ms) QUEUE_TIMEOUT_MS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
