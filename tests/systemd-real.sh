@@ -249,9 +249,9 @@ if out=$(X systemctl reload ratelimitd 2>&1); then
 else
   ok reload-bad-config-fails
 fi
-X journalctl -u ratelimitd --since "$since" --no-pager | grep -q max_line_bytez &&
-  ok reload-bad-config-error-in-journal ||
-  bad reload-bad-config-error-in-journal "the journal does not name the bad field"
+X journalctl -u ratelimitd -p err --since "$since" --no-pager | grep -q max_line_bytez &&
+  ok reload-bad-config-error-in-journal-at-priority-err ||
+  bad reload-bad-config-error-in-journal-at-priority-err "journalctl -p err does not name the bad field"
 [ "$(main_pid)" = "$pid" ] && answers_from added_by_reload redis >/dev/null &&
   ok old-rules-stay-after-bad-reload ||
   bad old-rules-stay-after-bad-reload "$(answers_from added_by_reload redis)"
@@ -293,6 +293,9 @@ sleep 1
 warnings=$(X journalctl -u ratelimitd -p warning --since "$since" --no-pager -q)
 if grep -qi redis <<<"$warnings"; then
   ok journal-warning-shows-redis-outage
+  # The event's fields are journal fields too (the circuit's REASON=).
+  X journalctl -u ratelimitd -p warning --since "$since" --no-pager -o verbose | grep -q '^ *REASON=' &&
+    ok journal-structured-fields || bad journal-structured-fields "no REASON= field on the outage warning"
 else
   bad journal-warning-shows-redis-outage "journalctl -p warning -u ratelimitd shows nothing (the outage is logged at priority $(X journalctl -u ratelimitd --since "$since" -o verbose --no-pager | grep -m1 -o 'PRIORITY=[0-9]'))"
 fi
