@@ -293,6 +293,7 @@ sleep 1
 warnings=$(X journalctl -u ratelimitd -p warning --since "$since" --no-pager -q)
 if grep -qi redis <<<"$warnings"; then
   ok journal-warning-shows-redis-outage
+  log "journalctl -p warning: $(head -1 <<<"$warnings")"
   # The event's fields are journal fields too (the circuit's REASON=).
   X journalctl -u ratelimitd -p warning --since "$since" --no-pager -o verbose | grep -q '^ *REASON=' &&
     ok journal-structured-fields || bad journal-structured-fields "no REASON= field on the outage warning"
