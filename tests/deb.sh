@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the Debian package with cargo-deb and check what it installs:
-#   bash tests/deb.sh
+#   bash tests/deb.sh [ratelimitd_*.deb]
 # (tests/run.sh runs it after the cargo tests.) Installs cargo-deb (pinned) if
 # missing. Checks, without installing anything on this machine: the file list,
 # the conffile, the dependencies, the maintainer scripts (user and group, shell
@@ -33,9 +33,14 @@ trap 'rm -rf "$work"' EXIT
 
 # One command builds the package (release build of the daemon, symbols split off
 # into a -dbgsym .ddeb). --fast: lighter xz compression, same contents (saves ~15 s).
-cargo deb --fast --output "$work" >&2 || fail "cargo deb"
-deb=$(ls "$work"/ratelimitd_*.deb)
-log "built $(basename "$deb") ($(du -h "$deb" | cut -f1)) in $((SECONDS - start)) s"
+# A .deb given as the argument is checked instead (built from this tree).
+if [ -n "${1:-}" ]; then
+  deb=$1
+else
+  cargo deb --fast --output "$work" >&2 || fail "cargo deb"
+  deb=$(ls "$work"/ratelimitd_*.deb)
+fi
+log "$(basename "$deb") ($(du -h "$deb" | cut -f1)), ready after $((SECONDS - start)) s"
 
 # The files it installs.
 contents=$(dpkg-deb --contents "$deb" | awk '{ print $NF }')
