@@ -76,6 +76,7 @@ async fn serve(config_path: PathBuf, config: Config) -> Result<(), StartError> {
     warn_about_small_shares(&config);
     systemd::notify_status("starting: connecting to Redis");
     let (redis, circuit) = start_redis(&config).await?;
+    let store = redis.clone();
     let limiter = Arc::new(Limiter::new(&config, redis, Arc::clone(&circuit)));
     let sampler = config.metrics.listen.map(|_| {
         let limiter = Arc::clone(&limiter);
@@ -124,6 +125,7 @@ async fn serve(config_path: PathBuf, config: Config) -> Result<(), StartError> {
         config_path,
         config.clone(),
         Arc::clone(&limiter),
+        store,
         shutdown.clone(),
         status,
     ));
@@ -183,6 +185,9 @@ async fn start_redis(config: &Config) -> Result<(Option<Arc<Store>>, Arc<Circuit
         return Ok((None, Arc::new(Circuit::new(true))));
     }
     let store = Arc::new(Store::new(&config.redis)?);
+    for warning in store.check_secrets()? {
+        tracing::warn!("{warning}");
+    }
     store.connect();
     let deadline = Instant::now() + STARTUP_REDIS_WAIT;
     let mut result = store.probe_bounded().await;
@@ -201,6 +206,7 @@ async fn start_redis(config: &Config) -> Result<(Option<Arc<Store>>, Arc<Circuit
         }
         Err(e) => tracing::warn!(
             mode = ?config.redis.mode, %nodes, error = %e,
+            cause = store.last_connection_error().unwrap_or_default(),
             "Redis unreachable at start: serving from local buckets (per on_redis_failure) and probing Redis in the background"
         ),
     }
@@ -234,6 +240,7 @@ async fn handle_signals(
     config_path: PathBuf,
     mut current: Config,
     limiter: Arc<Limiter>,
+    store: Option<Arc<Store>>,
     shutdown: CancellationToken,
     status: Arc<systemd::Status>,
 ) {
@@ -245,6 +252,9 @@ async fn handle_signals(
                 systemd::notify_reloading();
                 let error;
                 (current, error) = reload(&config_path, current, &limiter);
+                if let Some(store) = &store {
+                    reload_secrets(store, &current).await;
+                }
                 metrics::reload(error.is_none());
                 status.reloaded(current.rules.len(), error);
                 systemd::notify_ready(&status.line());
@@ -273,4 +283,20 @@ fn reload(path: &Path, current: Config, limiter: &Limiter) -> (Config, Option<St
     limiter.replace_rules(new.rules.clone());
     tracing::info!(rules = new.rules.len(), "SIGHUP: configuration reloaded");
     (diff::applied(current, new), None)
+}
+
+/// Re-reads the Redis password and TLS files and reconnects, so a fixed password or
+/// certificate applies without a restart; a file that cannot be used is logged and the
+/// material in force stays.
+async fn reload_secrets(store: &Store, config: &Config) {
+    match store.reload_secrets(&config.redis).await {
+        Ok(warnings) => {
+            for warning in warnings {
+                tracing::warn!("SIGHUP: {warning}");
+            }
+        }
+        Err(e) => tracing::error!(
+            "SIGHUP: Redis credentials or certificates not reloaded, the old ones stay in force: {e}"
+        ),
+    }
 }

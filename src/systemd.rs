@@ -249,6 +249,10 @@ impl Status {
                 "redis standalone: unreachable, deciding locally per on_redis_failure"
             }
             RedisMode::Standalone => "redis standalone: connected",
+            RedisMode::Sentinel if self.circuit.is_open() => {
+                "redis sentinel: unreachable, deciding locally per on_redis_failure"
+            }
+            RedisMode::Sentinel => "redis sentinel: connected",
         };
         let rules = self.rules.load(Ordering::Relaxed);
         let plural = if rules == 1 { "" } else { "s" };

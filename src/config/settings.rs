@@ -88,6 +88,9 @@ pub enum RedisMode {
     Cluster,
     /// One Redis server (`nodes` has exactly one entry).
     Standalone,
+    /// A primary with replicas watched by Redis Sentinel: the primary's address is asked
+    /// of `sentinels` under `service_name`, and again after every failover.
+    Sentinel,
     /// No Redis: every decision is made by local buckets with the full limits.
     None,
 }
@@ -106,6 +109,33 @@ pub struct RedisConfig {
     /// First part of every Redis key: `<prefix>:{<rule>:<key>}`.
     #[serde(deserialize_with = "de_prefix")]
     pub prefix: String,
+    /// The Redis ACL user; absent: Redis' `default` user.
+    pub username: Option<String>,
+    /// A file whose first line is the password; absent: the systemd credential
+    /// `redis-password` when the unit passes one, else no password. Never the password
+    /// itself: see [`RedisConfig::password`].
+    pub password_file: Option<PathBuf>,
+    /// Present only to refuse it with a clear message: a password never goes in the
+    /// configuration file.
+    pub password: Option<Spanned<toml::Value>>,
+    /// TLS to every node (and to the sentinels).
+    pub tls: bool,
+    /// PEM bundle of the CAs to trust; absent: the system's trust store.
+    pub tls_ca_file: Option<PathBuf>,
+    /// PEM client certificate chain, for a Redis with `tls-auth-clients yes`.
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of `tls_cert_file`.
+    pub tls_key_file: Option<PathBuf>,
+    /// The name every node's certificate must carry; absent: the address dialled.
+    pub tls_server_name: Option<String>,
+    /// `host:port` of the sentinels (`mode = "sentinel"`).
+    pub sentinels: Vec<String>,
+    /// The name the sentinels monitor the primary under (`mode = "sentinel"`).
+    pub service_name: Option<String>,
+    /// The sentinels' ACL user, when it differs from `username`.
+    pub sentinel_username: Option<String>,
+    /// The sentinels' password file, when they have a password of their own.
+    pub sentinel_password_file: Option<PathBuf>,
 }
 
 impl Default for RedisConfig {
@@ -115,6 +145,18 @@ impl Default for RedisConfig {
             nodes: Spanned::new(0..0, Vec::new()),
             timeout_ms: 25,
             prefix: "rl".into(),
+            username: None,
+            password_file: None,
+            password: None,
+            tls: false,
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_server_name: None,
+            sentinels: Vec::new(),
+            service_name: None,
+            sentinel_username: None,
+            sentinel_password_file: None,
         }
     }
 }
@@ -181,13 +223,79 @@ impl RedisConfig {
         let nodes = &self.nodes;
         // An absent `nodes` has an empty span: point at the [redis] table instead.
         let span = if nodes.span().is_empty() {
-            table
+            table.clone()
         } else {
             nodes.span()
         };
         let invalid = |message: &str| at.invalid(span.clone(), "redis.nodes", message);
+        let field = |name: &str, message: &str| at.invalid(table.clone(), name, message);
+        if let Some(password) = &self.password {
+            return Err(at.invalid(
+                password.span(),
+                "redis.password",
+                "a password never goes in the configuration file: write it to a file \
+                 readable by the daemon only and set redis.password_file (or pass the \
+                 systemd credential redis-password)",
+            ));
+        }
+        if !self.tls {
+            for (name, set) in [
+                ("redis.tls_ca_file", self.tls_ca_file.is_some()),
+                ("redis.tls_cert_file", self.tls_cert_file.is_some()),
+                ("redis.tls_key_file", self.tls_key_file.is_some()),
+                ("redis.tls_server_name", self.tls_server_name.is_some()),
+            ] {
+                if set {
+                    return Err(field(name, "takes effect only with redis.tls = true"));
+                }
+            }
+        }
+        if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
+            return Err(field(
+                "redis.tls_cert_file",
+                "set both tls_cert_file and tls_key_file, or neither",
+            ));
+        }
+        for (name, value) in [
+            ("redis.username", &self.username),
+            ("redis.sentinel_username", &self.sentinel_username),
+            ("redis.service_name", &self.service_name),
+            ("redis.tls_server_name", &self.tls_server_name),
+        ] {
+            if value
+                .as_deref()
+                .is_some_and(|v| v.is_empty() || v.contains(char::is_whitespace))
+            {
+                return Err(field(name, "must be a non-empty name without spaces"));
+            }
+        }
+        if self.mode == RedisMode::Sentinel {
+            if self.sentinels.is_empty() {
+                return Err(field(
+                    "redis.sentinels",
+                    "list at least one \"host:port\" when redis.mode is sentinel",
+                ));
+            }
+            if let Some(bad) = self.sentinels.iter().find(|n| parse_node(n).is_none()) {
+                return Err(field(
+                    "redis.sentinels",
+                    &format!("'{bad}' is not \"host:port\""),
+                ));
+            }
+            if self.service_name.is_none() {
+                return Err(field(
+                    "redis.service_name",
+                    "name the monitored primary (sentinel monitor <name> ...) when redis.mode is sentinel",
+                ));
+            }
+        } else if !self.sentinels.is_empty() || self.service_name.is_some() {
+            return Err(field(
+                "redis.sentinels",
+                "sentinels and service_name take effect only with redis.mode = \"sentinel\"",
+            ));
+        }
         match self.mode {
-            RedisMode::None => {}
+            RedisMode::None | RedisMode::Sentinel => {}
             RedisMode::Cluster | RedisMode::Standalone if nodes.get_ref().is_empty() => {
                 return Err(invalid(
                     "list at least one \"host:port\" when redis.mode is cluster or standalone",
@@ -218,4 +326,65 @@ pub fn parse_node(node: &str) -> Option<(&str, u16)> {
     let (host, port) = node.rsplit_once(':')?;
     let port = port.parse::<u16>().ok().filter(|&p| p > 0)?;
     (!host.is_empty()).then_some((host, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    fn redis(table: &str) -> Result<Config, String> {
+        Config::parse(&format!("[redis]\n{table}\n"), "t.toml").map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn production_redis_fields_parse() {
+        let c = redis(
+            "mode = \"cluster\"\nnodes = [\"a:1\"]\nusername = \"rl\"\n\
+             password_file = \"/p\"\ntls = true\ntls_ca_file = \"/ca\"\n\
+             tls_cert_file = \"/c\"\ntls_key_file = \"/k\"\ntls_server_name = \"redis.internal\"",
+        )
+        .unwrap();
+        assert_eq!(c.redis.username.as_deref(), Some("rl"));
+        assert!(c.redis.tls);
+        let s = redis(
+            "mode = \"sentinel\"\nsentinels = [\"s:26379\"]\nservice_name = \"mymaster\"\n\
+             sentinel_password_file = \"/sp\"",
+        )
+        .unwrap();
+        assert_eq!(s.redis.service_name.as_deref(), Some("mymaster"));
+    }
+
+    #[test]
+    fn each_mistake_names_its_field() {
+        for (table, field, says) in [
+            ("password = \"x\"", "redis.password", "password_file"),
+            (
+                "tls_ca_file = \"/ca\"",
+                "redis.tls_ca_file",
+                "redis.tls = true",
+            ),
+            (
+                "tls = true\ntls_cert_file = \"/c\"",
+                "redis.tls_cert_file",
+                "neither",
+            ),
+            ("mode = \"sentinel\"", "redis.sentinels", "at least one"),
+            (
+                "mode = \"sentinel\"\nsentinels = [\"nope\"]",
+                "redis.sentinels",
+                "host:port",
+            ),
+            (
+                "mode = \"sentinel\"\nsentinels = [\"s:1\"]",
+                "redis.service_name",
+                "name the",
+            ),
+            ("sentinels = [\"s:1\"]", "redis.sentinels", "only with"),
+            ("username = \"a b\"", "redis.username", "without spaces"),
+        ] {
+            let e = redis(table).unwrap_err();
+            assert!(e.contains(field) && e.contains(says), "{table}: {e}");
+            assert!(!e.contains("\"x\""), "the password value was echoed: {e}");
+        }
+    }
 }

@@ -9,9 +9,12 @@
 //! client library. There is one store today (Redis); a second one would turn [`Store`]
 //! into a trait with the same three calls (`key`, `decide`, and the probe).
 
+pub mod connection_errors;
+pub mod credentials;
 pub mod health;
 pub mod redis;
 pub mod scripts;
+pub mod tls;
 
 pub use self::redis::RedisStore as Store;
 
@@ -95,6 +98,9 @@ fn is_unavailable(error: &Error) -> bool {
                     "-MASTERDOWN",
                     "-CLUSTERDOWN",
                     "-BUSY",
+                    // The ACL user may not run a command a script needs: every decision
+                    // of that script fails alike, so it is Redis', not the key's.
+                    "NOPERM",
                 ]
                 .iter()
                 .any(|p| details.contains(p))

@@ -14,13 +14,16 @@
 //!   `default_command_timeout` is a backstop that frees commands queued while Redis is
 //!   away. fred's default reconnect policy is none: we set a constant one.
 
+use super::connection_errors::ConnectionErrors;
+use super::credentials::Credentials;
 use super::health::Circuit;
 use super::scripts::{self, Scripts};
+use super::tls::{Tls, TlsFiles};
 use super::{StoreError, StoreKey};
 use crate::algorithm::{token_bucket, Outcome, Params};
 use crate::config::{parse_node, RedisConfig, RedisMode};
 use fred::prelude::*;
-use fred::types::config::UnresponsiveConfig;
+use fred::types::config::{CredentialProvider, UnresponsiveConfig};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +43,15 @@ pub struct RedisStore {
     /// Script reloads after `NOSCRIPT` so far, and the lock that makes one caller do it.
     reloads: AtomicU64,
     reload_lock: tokio::sync::Mutex<()>,
+    /// The TLS material (`redis.tls`), re-read by [`RedisStore::reload_secrets`].
+    tls: Option<Tls>,
+    /// Whose credentials the client sends (read at every connection).
+    credentials: Credentials,
+    /// Why connecting failed lately, logged once per cause.
+    connection_errors: Arc<ConnectionErrors>,
+    /// A hash of the secret files' contents when last read: a reload reconnects only
+    /// when it changed.
+    secrets_seen: std::sync::Mutex<u64>,
 }
 
 impl RedisStore {
@@ -53,10 +65,26 @@ impl RedisStore {
         let probe_timeout = (timeout * 4)
             .clamp(Duration::from_millis(250), Duration::from_millis(700))
             .max(timeout + Duration::from_millis(100));
+        let tls = cfg
+            .tls
+            .then(|| Tls::new(&tls_files(cfg)))
+            .transpose()
+            .map_err(StoreError::Config)?;
+        let credentials = credentials(cfg)?;
         let config = Config {
-            server: servers(cfg)?,
+            server: servers(cfg, tls.as_ref().and_then(Tls::server_name))?,
             // Keep trying to connect in the background; never fail a caller on connect.
             fail_fast: false,
+            // Asked before every AUTH/HELLO: a rotated password file applies at the next
+            // connection, and the password never sits in fred's config (or its Debug).
+            credential_provider: credentials
+                .any()
+                .then(|| Arc::new(credentials.clone()) as Arc<dyn CredentialProvider>),
+            tls: tls
+                .as_ref()
+                .map(Tls::fred_config)
+                .transpose()
+                .map_err(StoreError::Config)?,
             ..Config::default()
         };
         let client = Builder::from_config(config)
@@ -76,13 +104,68 @@ impl RedisStore {
             probe_timeout,
             reloads: AtomicU64::new(0),
             reload_lock: tokio::sync::Mutex::new(()),
+            tls,
+            credentials,
+            connection_errors: Arc::new(ConnectionErrors::default()),
+            secrets_seen: std::sync::Mutex::new(secrets_fingerprint(cfg)),
         })
     }
 
-    /// Starts fred's connection task (reconnecting forever in the background).
+    /// Starts fred's connection task (reconnecting forever in the background) and
+    /// the listener that logs why connections fail, once per cause.
     pub fn connect(&self) {
+        let errors = Arc::clone(&self.connection_errors);
+        // The listener task ends by itself when the client goes away.
+        drop(self.client.on_error(move |(error, server)| {
+            let errors = Arc::clone(&errors);
+            async move {
+                let at = server.map_or_else(|| "Redis".to_owned(), |s| s.to_string());
+                errors.record(&error, &at);
+                Ok(())
+            }
+        }));
         // The task runs until the client quits; its result only reports why it ended.
         drop(self.client.connect());
+    }
+
+    /// Why the last connection attempt failed, if one did.
+    pub fn last_connection_error(&self) -> Option<String> {
+        self.connection_errors.last()
+    }
+
+    /// Warnings about the secrets' files to log at start-up and on reload (a password
+    /// file other users can read).
+    ///
+    /// # Errors
+    /// A password file that cannot be read, named with its field and path.
+    pub fn check_secrets(&self) -> Result<Vec<String>, StoreError> {
+        self.credentials.check().map_err(StoreError::Config)
+    }
+
+    /// On reload (SIGHUP): reads the password files, the CA and the client certificate
+    /// again and reconnects, so that a fixed password or certificate applies without a
+    /// restart (the paths themselves are fixed until a restart). Returns warnings to
+    /// log.
+    ///
+    /// # Errors
+    /// A file that cannot be read or used; the material in force stays as it was.
+    pub async fn reload_secrets(&self, cfg: &RedisConfig) -> Result<Vec<String>, StoreError> {
+        let warnings = self.check_secrets()?;
+        if let Some(tls) = &self.tls {
+            tls.reload(&tls_files(cfg)).map_err(StoreError::Config)?;
+        }
+        // Only when a file changed: a reconnect fails the decisions in flight on the old
+        // connections, and fixes made on Redis' side need none (fred keeps retrying).
+        let now = secrets_fingerprint(cfg);
+        let mut seen = self.secrets_seen.lock().unwrap_or_else(|p| p.into_inner());
+        if *seen != now {
+            *seen = now;
+            // In the background; a failure shows as a connection error (which opens the
+            // circuit and names the cause), never as a reload error.
+            let client = self.client.clone();
+            tokio::spawn(async move { drop(client.force_reconnection().await) });
+        }
+        Ok(warnings)
     }
 
     /// The Redis key of `tag` (`"<rule>:<key>"`) under `params`' algorithm
@@ -211,24 +294,89 @@ impl RedisStore {
     }
 }
 
-/// The fred server settings of `cfg`: seed nodes (cluster) or the one node (standalone).
-fn servers(cfg: &RedisConfig) -> Result<ServerConfig, StoreError> {
-    let mut hosts = Vec::new();
-    for node in cfg.nodes.get_ref() {
-        let (host, port) = parse_node(node)
-            .ok_or_else(|| StoreError::Config(format!("redis.nodes: bad node '{node}'")))?;
-        hosts.push((host.to_owned(), port));
-    }
+/// The fred server settings of `cfg`: seed nodes (cluster), the one node (standalone)
+/// or the sentinels (sentinel). With `tls_server_name`, the seeds' certificates are
+/// checked against that name (nodes learnt later get it from [`Tls::fred_config`]).
+fn servers(cfg: &RedisConfig, tls_name: Option<&str>) -> Result<ServerConfig, StoreError> {
+    let parse = |field: &str, nodes: &[String]| {
+        nodes
+            .iter()
+            .map(|node| {
+                let (host, port) = parse_node(node)
+                    .ok_or_else(|| StoreError::Config(format!("{field}: bad node '{node}'")))?;
+                let mut server = Server::new(host, port);
+                server.tls_server_name = tls_name.map(Into::into);
+                Ok(server)
+            })
+            .collect::<Result<Vec<_>, StoreError>>()
+    };
+    let mut hosts = parse("redis.nodes", cfg.nodes.get_ref())?;
     match cfg.mode {
-        RedisMode::Cluster => Ok(ServerConfig::new_clustered(hosts)),
-        RedisMode::Standalone if hosts.len() == 1 => {
-            let (host, port) = hosts.remove(0);
-            Ok(ServerConfig::new_centralized(host, port))
-        }
+        RedisMode::Cluster => Ok(ServerConfig::Clustered {
+            hosts,
+            policy: Default::default(),
+        }),
+        RedisMode::Standalone if hosts.len() == 1 => Ok(ServerConfig::Centralized {
+            server: hosts.remove(0),
+        }),
+        RedisMode::Sentinel => Ok(ServerConfig::Sentinel {
+            hosts: parse("redis.sentinels", &cfg.sentinels)?,
+            service_name: cfg.service_name.clone().unwrap_or_default(),
+        }),
         _ => Err(StoreError::Config(
-            "redis.mode needs one node (standalone) or seed nodes (cluster)".into(),
+            "redis.mode needs one node (standalone), seed nodes (cluster) or sentinels".into(),
         )),
     }
+}
+
+/// A hash of the contents of every secret file `cfg` names (password files, CA, client
+/// certificate and key); an unreadable file hashes as empty. Never logged.
+fn secrets_fingerprint(cfg: &RedisConfig) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let password = Credentials::resolve_password_file(cfg.password_file.as_deref());
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    for path in [
+        &password,
+        &cfg.sentinel_password_file,
+        &cfg.tls_ca_file,
+        &cfg.tls_cert_file,
+        &cfg.tls_key_file,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        std::fs::read(path).unwrap_or_default().hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
+/// The TLS files and name of `cfg`.
+fn tls_files(cfg: &RedisConfig) -> TlsFiles {
+    TlsFiles {
+        ca: cfg.tls_ca_file.clone(),
+        cert: cfg.tls_cert_file.clone(),
+        key: cfg.tls_key_file.clone(),
+        server_name: cfg.tls_server_name.clone(),
+    }
+}
+
+/// The credentials of `cfg`, the password file resolved (config, then the systemd
+/// credential), read once so that a missing file is reported now.
+fn credentials(cfg: &RedisConfig) -> Result<Credentials, StoreError> {
+    let sentinels = cfg
+        .sentinels
+        .iter()
+        .filter_map(|n| parse_node(n).map(|(h, p)| (h.to_owned(), p)))
+        .collect();
+    let credentials = Credentials {
+        username: cfg.username.clone(),
+        password_file: Credentials::resolve_password_file(cfg.password_file.as_deref()),
+        sentinel_username: cfg.sentinel_username.clone(),
+        sentinel_password_file: cfg.sentinel_password_file.clone(),
+        sentinels,
+    };
+    credentials.check().map_err(StoreError::Config)?;
+    Ok(credentials)
 }
 
 /// How fred's connections behave, for a decision bound of `timeout`.
