@@ -67,13 +67,14 @@ async fn serve(config_path: PathBuf, config: Config) -> Result<(), StartError> {
     // Socket activation (systemd/ratelimitd.socket): serve the socket systemd passed.
     let activated = systemd::activated_listener()?;
     if let Some(listen) = config.metrics.listen {
-        metrics::install(listen)?;
+        metrics::install(listen, config.metrics.max_connections)?;
         if !listen.ip().is_loopback() {
             tracing::warn!(%listen, "metrics.listen is not a loopback address; the endpoint has no authentication");
         }
         tracing::info!(%listen, "serving Prometheus metrics");
     }
     warn_about_small_shares(&config);
+    raise_nofile(&config);
     systemd::notify_status("starting: connecting to Redis");
     let (redis, circuit) = start_redis(&config).await?;
     let store = redis.clone();
@@ -83,6 +84,8 @@ async fn serve(config_path: PathBuf, config: Config) -> Result<(), StartError> {
         tokio::spawn(metrics::sample_sizes(move || limiter.sizes()))
     });
     let socket = config.server.socket.clone();
+    // The socket file this daemon created: only that one is removed at shutdown.
+    let mut bound = None;
     let (listener, served, is_activated) = match activated {
         Some((listener, path)) => {
             if path.as_deref() != Some(socket.as_path()) {
@@ -95,6 +98,7 @@ async fn serve(config_path: PathBuf, config: Config) -> Result<(), StartError> {
         }
         None => {
             let listener = server::bind(&socket, config.server.socket_mode)?;
+            bound = server::socket::identity(&socket);
             (listener, Some(socket.clone()), false)
         }
     };
@@ -149,12 +153,36 @@ async fn serve(config_path: PathBuf, config: Config) -> Result<(), StartError> {
     }
     // A socket passed by systemd is systemd's: it stays, listening for the next start.
     if !is_activated {
-        if let Err(e) = std::fs::remove_file(&socket) {
-            tracing::warn!(socket = %socket.display(), error = %e, "could not remove the socket file");
+        match server::socket::remove_if_ours(&socket, bound) {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(socket = %socket.display(), "the socket file was replaced or removed while serving; left as it is")
+            }
+            Err(e) => {
+                tracing::warn!(socket = %socket.display(), error = %e, "could not remove the socket file")
+            }
         }
     }
     tracing::info!("ratelimitd stopped");
     Ok(())
+}
+
+/// Raises `RLIMIT_NOFILE` to its hard limit and warns if the configured connections
+/// would not fit in it.
+fn raise_nofile(config: &Config) {
+    let metrics = config
+        .metrics
+        .listen
+        .map_or(0, |_| config.metrics.max_connections);
+    let needed = crate::rlimit::needed(config.server.max_connections, metrics);
+    match crate::rlimit::raise_nofile() {
+        Ok(n) if n.now < needed => tracing::warn!(
+            limit = n.now, needed,
+            "RLIMIT_NOFILE is below what server.max_connections needs: raise the hard limit (LimitNOFILE= in the unit) or lower server.max_connections"
+        ),
+        Ok(n) => tracing::info!(limit = n.now, raised_from = n.before, "RLIMIT_NOFILE"),
+        Err(e) => tracing::warn!(error = %e, "could not raise RLIMIT_NOFILE to its hard limit"),
+    }
 }
 
 /// Warns about rules whose local share is below one unit: with Redis unreachable they

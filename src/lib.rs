@@ -9,6 +9,7 @@
 //!
 //! Modules, one concern each (shared types first, then from the wire inwards):
 //! * [`decision`], [`key`], [`clock`], [`throttle`]: what every layer shares;
+//! * [`admission`]: peers, uid/gid lists, the cap on requests in flight to Redis;
 //! * [`protocol`]: line framing, request parsing, reply encoding (pure);
 //! * [`config`]: the TOML configuration, its validation, what a reload changes;
 //! * [`algorithm`]: the algorithms as pure functions and their table (Lua twins in `lua/`);
@@ -16,10 +17,11 @@
 //! * [`cache`]: the deny cache; [`fallback`]: local buckets, fail-open, fail-closed;
 //! * [`store`]: Redis: client, scripts, health (circuit and prober);
 //! * [`server`]: the socket, connections, dispatch of a line to the limiter;
-//! * [`metrics`]: Prometheus metrics (opt-in);
-//! * [`daemon`]: start-up, signals, reload, shutdown; [`systemd`]: notify, watchdog,
+//! * [`metrics`]: Prometheus metrics (opt-in), served by [`metrics_http`];
+//! * [`daemon`]: start-up, signals, reload, shutdown; [`rlimit`]: the descriptor budget; [`systemd`]: notify, watchdog,
 //!   socket activation.
 
+pub mod admission;
 pub mod algorithm;
 pub mod cache;
 pub mod clock;
@@ -30,7 +32,9 @@ pub mod fallback;
 pub mod key;
 pub mod limiter;
 pub mod metrics;
+pub mod metrics_http;
 pub mod protocol;
+pub mod rlimit;
 pub mod server;
 pub mod store;
 pub mod systemd;

@@ -5,14 +5,16 @@
 //! nor the Redis client (it talks to [`Store`] and gets [`StoreError`]s).
 //!
 //! ```text
-//! CHECK ─ rule? ─ cost ≤ limit? ─┬─ mode none ──────────────► local twin (full limit)
-//!                                ├─ cached DENY ────────────► cache
-//!                                ├─ circuit open ───────────► on_redis_failure
-//!                                └─ EVALSHA within timeout ─┬► redis (DENY → cache)
-//!                                                           ├► Redis unavailable: trip circuit, on_redis_failure
-//!                                                           └► error of this key only: on_redis_failure
+//! CHECK ─ rule? ─ peer allowed? ─ cost ≤ limit? ─┬─ mode none ──────────────► local twin (full limit)
+//!                                                ├─ cached DENY ────────────► cache
+//!                                                ├─ circuit open ───────────► on_redis_failure
+//!                                                ├─ no Redis slot for uid ──► ERR BUSY
+//!                                                └─ EVALSHA within timeout ─┬► redis (DENY → cache)
+//!                                                                           ├► Redis unavailable: trip circuit, on_redis_failure
+//!                                                                           └► error of this key only: on_redis_failure
 //! ```
 
+use crate::admission::Peer;
 use crate::cache::DenyCache;
 use crate::clock::{wall_clock_us, BatchClock};
 use crate::config::{Config, Rule};
@@ -71,6 +73,11 @@ pub struct Limiter {
 /// Per-key Redis errors are logged at most this often.
 const KEY_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
+/// A decision whose reply went out on `redis.timeout_ms` keeps its Redis slot until
+/// Redis answers it (the Redis client gives up on it after `max(1 s, 2 × timeout)`);
+/// this is only a backstop in case it never does.
+const SLOT_HELD_AT_MOST: Duration = Duration::from_secs(10);
+
 /// A decision with the rule's policy window, ms (the seventh field of the reply).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decided {
@@ -99,6 +106,29 @@ pub enum CheckError {
     /// `"<rule>:<key>"` does not fit (a key longer than the protocol allows).
     #[error("key too long")]
     KeyTooLong,
+    /// The rule's `allow_uids` / `allow_gids` do not list the peer.
+    #[error("peer uid {uid} gid {gid} is not in rule '{rule}' allow_uids / allow_gids")]
+    Forbidden {
+        /// The rule.
+        rule: String,
+        /// The peer's uid.
+        uid: u32,
+        /// The peer's gid.
+        gid: u32,
+    },
+    /// The peer's uid holds its share of the requests in flight to Redis, or the daemon
+    /// its cap: retry.
+    #[error("too many requests in flight to Redis ({held} from uid {uid}; server.redis_max_in_flight_per_uid = {per_uid}, server.redis_max_in_flight = {total}); retry")]
+    Busy {
+        /// The peer's uid.
+        uid: u32,
+        /// Its requests in flight now.
+        held: usize,
+        /// Its share.
+        per_uid: usize,
+        /// The daemon's cap.
+        total: usize,
+    },
 }
 
 /// The answer to a `CHECK` on its way: ready now, or waiting on Redis (bounded by the
@@ -139,14 +169,15 @@ impl Limiter {
         (self.cache.len(), self.local.len())
     }
 
-    /// Decides `CHECK rule key cost` (key and cost already valid per the protocol);
-    /// local decisions and cache hits take the time from `clock`.
+    /// Decides `CHECK rule key cost` for `peer` (key and cost already valid per the
+    /// protocol); local decisions and cache hits take the time from `clock`.
     pub fn check(
         self: &Arc<Self>,
         rule: &[u8],
         key: &[u8],
         cost: u32,
         clock: &mut BatchClock,
+        peer: &Peer,
     ) -> Check {
         let rules = self.rules.load();
         let Some(entry) = std::str::from_utf8(rule)
@@ -156,6 +187,15 @@ impl Limiter {
             return Check::Ready(Err(CheckError::UnknownRule));
         };
         let rule = &entry.rule;
+        // Against the rules in force for this request: a reload that removes a uid
+        // applies to connections already open.
+        if !peer.may(&rule.access) {
+            return Check::Ready(Err(CheckError::Forbidden {
+                rule: rule.name.clone(),
+                uid: peer.uid,
+                gid: peer.gid,
+            }));
+        }
         let decided = |decision: Decision| {
             entry.counters.record(&decision);
             Check::Ready(Ok(Decided {
@@ -192,6 +232,15 @@ impl Limiter {
             let now = clock.now_us();
             return decided(decide_without_redis(&self.local, rule, key, cost, now));
         }
+        let Some(slot) = peer.redis_slot() else {
+            let limits = peer.in_flight_limits();
+            return Check::Ready(Err(CheckError::Busy {
+                uid: peer.uid,
+                held: peer.uid_in_flight(),
+                per_uid: limits.per_uid,
+                total: limits.total,
+            }));
+        };
         let this = Arc::clone(self);
         let redis = Arc::clone(redis);
         let entry = Arc::clone(entry);
@@ -200,8 +249,21 @@ impl Limiter {
             let rule = &entry.rule;
             let asked = Instant::now();
             let asked_us = wall_clock_us();
-            let call = redis.decide(&redis_key, &rule.params, cost);
-            let answer = tokio::time::timeout(this.timeout, call).await;
+            // The call owns what it needs and the slot, so that, if the reply goes out
+            // on the timeout, it can finish on its own and free the slot only when Redis
+            // is done with it.
+            let mut call = Box::pin({
+                let (key, params) = (redis_key.clone(), rule.params);
+                async move {
+                    let outcome = redis.decide(&key, &params, cost).await;
+                    drop(slot);
+                    outcome
+                }
+            });
+            let answer = tokio::time::timeout(this.timeout, &mut call).await;
+            if answer.is_err() {
+                tokio::spawn(tokio::time::timeout(SLOT_HELD_AT_MOST, call));
+            }
             this.redis_calls.took(asked.elapsed());
             let decision = match answer {
                 Ok(Ok(o)) => {
@@ -232,7 +294,7 @@ impl Limiter {
                 Ok(Err(e)) => {
                     // This key's problem, not Redis's: decide it locally, keep the circuit.
                     this.redis_calls.failed("key");
-                    this.log_key_error(redis_key.as_str(), &e);
+                    this.log_key_error(&rule.name, redis_key.as_str(), &e);
                     decide_without_redis(&this.local, rule, key, cost, wall_clock_us())
                 }
                 Err(_) => {
@@ -252,10 +314,13 @@ impl Limiter {
         }))
     }
 
-    /// Logs a per-key Redis error, at most once per [`KEY_ERROR_LOG_INTERVAL`].
-    fn log_key_error(&self, redis_key: &str, error: &dyn std::fmt::Display) {
+    /// Logs a per-key Redis error, at most once per [`KEY_ERROR_LOG_INTERVAL`]. The key
+    /// is client data: the line names the rule and a hash of the Redis key
+    /// ([`crate::key::log_hash`]), never the key.
+    fn log_key_error(&self, rule: &str, redis_key: &str, error: &dyn std::fmt::Display) {
         if let Some(suppressed) = self.key_errors.admit() {
-            tracing::warn!(key = redis_key, %error, suppressed, "Redis could not decide this key; decided per on_redis_failure (further such errors logged at most every 10 s)");
+            let key_hash = crate::key::log_hash(redis_key);
+            tracing::warn!(rule, key_hash, %error, suppressed, "Redis could not decide a key; decided per on_redis_failure (further such errors logged at most every 10 s)");
         }
     }
 }

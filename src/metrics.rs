@@ -1,5 +1,5 @@
-//! Prometheus metrics, served on an opt-in HTTP listener (`[metrics] listen`), through
-//! the `metrics` facade and `metrics-exporter-prometheus`.
+//! Prometheus metrics, served on an opt-in HTTP listener (`[metrics] listen`, see
+//! [`crate::metrics_http`]), through the `metrics` facade and `metrics-exporter-prometheus`.
 //!
 //! Without `[metrics]` no recorder is installed and every handle is a no-op. With it,
 //! the per-decision series are registered once (per rule at load and reload) and updated
@@ -46,22 +46,39 @@ const REDIS_BUCKETS: [f64; 14] = [
 #[error("{0}")]
 pub struct InstallError(String);
 
+/// How often histograms are compacted (the exporter's upkeep).
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
 /// Installs the Prometheus recorder and its HTTP listener on `listen` (every path
-/// answers with the metrics). Must run inside the tokio runtime, before rules are
-/// registered ([`DecisionCounters::new`]).
+/// answers with the metrics), serving at most `max_connections` scrapers at once. Must
+/// run inside the tokio runtime, before rules are registered ([`DecisionCounters::new`]).
 ///
 /// # Errors
 /// The address cannot be bound, or a recorder is already installed.
-pub fn install(listen: SocketAddr) -> Result<(), InstallError> {
-    PrometheusBuilder::new()
-        .with_http_listener(listen)
+pub fn install(listen: SocketAddr, max_connections: usize) -> Result<(), InstallError> {
+    let listener = crate::metrics_http::bind(listen)
+        .map_err(|e| InstallError(format!("metrics.listen = {listen}: {e}")))?;
+    let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(
             metrics_exporter_prometheus::Matcher::Full(REDIS_SECONDS.into()),
             &REDIS_BUCKETS,
         )
         .map_err(|e| InstallError(e.to_string()))?
-        .install()
+        .install_recorder()
         .map_err(|e| InstallError(format!("metrics.listen = {listen}: {e}")))?;
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(UPKEEP_INTERVAL);
+        loop {
+            tick.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+    tokio::spawn(crate::metrics_http::serve(
+        listener,
+        handle,
+        max_connections,
+    ));
     describe();
     gauge!(CIRCUIT_OPEN).set(0.0);
     Ok(())

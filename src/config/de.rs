@@ -44,6 +44,57 @@ pub(super) fn de_in_flight<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::
     ranged(d, "server.max_in_flight", 1, 65536).map(|v| v as usize)
 }
 
+pub(super) fn de_redis_in_flight<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    ranged(d, "server.redis_max_in_flight", 1, 1_000_000).map(|v| v as usize)
+}
+
+pub(super) fn de_redis_in_flight_per_uid<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<usize, D::Error> {
+    ranged(d, "server.redis_max_in_flight_per_uid", 1, 1_000_000).map(|v| v as usize)
+}
+
+pub(super) fn de_metrics_connections<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    ranged(d, "metrics.max_connections", 1, 1024).map(|v| v as usize)
+}
+
+/// `metrics.listen`: `"ip:port"`, or a port alone (integer or string) meaning
+/// `127.0.0.1:<port>`: loopback unless an address says otherwise.
+pub(super) fn de_listen<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<std::net::SocketAddr>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Listen {
+        Port(i64),
+        Text(String),
+    }
+    let loopback = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let bad = |got: &dyn fmt::Display| {
+        de::Error::custom(format!(
+            "metrics.listen must be \"ip:port\" (e.g. \"127.0.0.1:9090\") or a port from 1 to 65535 for 127.0.0.1 (got {got})"
+        ))
+    };
+    let listen = Listen::deserialize(d).map_err(|_: D::Error| bad(&"a value of another type"))?;
+    match listen {
+        Listen::Port(p) => u16::try_from(p)
+            .ok()
+            .filter(|&p| p > 0)
+            .map(|p| Some(loopback(p)))
+            .ok_or_else(|| bad(&p)),
+        Listen::Text(t) => {
+            if let Ok(p) = t.parse::<u16>() {
+                return if p > 0 {
+                    Ok(Some(loopback(p)))
+                } else {
+                    Err(bad(&t))
+                };
+            }
+            t.parse().map(Some).map_err(|_| bad(&format!("\"{t}\"")))
+        }
+    }
+}
+
 pub(super) fn de_ids<'de, D: Deserializer<'de>>(d: D, field: &str) -> Result<Vec<u32>, D::Error> {
     let ids = Vec::<i64>::deserialize(d)?;
     // u32::MAX is (uid_t)-1, "no id"; never a real peer.

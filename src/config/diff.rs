@@ -31,6 +31,14 @@ pub fn needs_restart(current: &Config, new: &Config) -> Vec<&'static str> {
             n.worker_threads != s.worker_threads,
             "server.worker_threads",
         ),
+        (
+            n.redis_max_in_flight != s.redis_max_in_flight,
+            "server.redis_max_in_flight",
+        ),
+        (
+            n.redis_max_in_flight_per_uid != s.redis_max_in_flight_per_uid,
+            "server.redis_max_in_flight_per_uid",
+        ),
         (m.mode != r.mode, "redis.mode"),
         (m.nodes.get_ref() != r.nodes.get_ref(), "redis.nodes"),
         (m.timeout_ms != r.timeout_ms, "redis.timeout_ms"),
@@ -44,7 +52,14 @@ pub fn needs_restart(current: &Config, new: &Config) -> Vec<&'static str> {
             new.fallback.max_keys != current.fallback.max_keys,
             "fallback.max_keys",
         ),
-        (new.metrics != current.metrics, "metrics.listen"),
+        (
+            new.metrics.listen != current.metrics.listen,
+            "metrics.listen",
+        ),
+        (
+            new.metrics.max_connections != current.metrics.max_connections,
+            "metrics.max_connections",
+        ),
     ]
     .into_iter()
     // A field without a line above is still reported, by its section.

@@ -5,6 +5,7 @@
 //! (`crate::algorithm::Kind::spec`): a new algorithm needs nothing here.
 
 use super::{ConfigError, Locator};
+use crate::admission::PeerAccess;
 use crate::algorithm::{self, Algorithm, Family, Kind, Per, MAX_LIMIT, MAX_WINDOW_MS};
 use serde::Deserialize;
 use std::ops::Range;
@@ -37,6 +38,8 @@ pub(super) struct RawRule {
     #[serde(default)]
     on_redis_failure: OnRedisFailure,
     fallback_hosts: Option<Spanned<u32>>,
+    allow_uids: Option<Spanned<Vec<i64>>>,
+    allow_gids: Option<Spanned<Vec<i64>>>,
 }
 
 /// A validated rule.
@@ -56,6 +59,9 @@ pub struct Rule {
     pub fallback_params: algorithm::Params,
     /// The policy window, ms ([`Algorithm::window_ms`]): the seventh field of replies.
     pub window_ms: u64,
+    /// Peers that may `CHECK` this rule (`allow_uids` / `allow_gids`; both empty: every
+    /// peer the server admits). Others get `ERR PERM`.
+    pub access: PeerAccess,
 }
 
 impl Rule {
@@ -74,6 +80,7 @@ impl Rule {
             params: algorithm.params(1),
             fallback_params: algorithm.params(fallback_hosts),
             window_ms: algorithm.window_ms(),
+            access: PeerAccess::default(),
         }
     }
 
@@ -123,12 +130,17 @@ impl RawRule {
             Some(h) => *h.get_ref(),
             None => hosts,
         };
-        Ok(Rule::new(
+        let mut rule = Rule::new(
             name.clone(),
             algorithm,
             self.on_redis_failure,
             fallback_hosts,
-        ))
+        );
+        rule.access = PeerAccess {
+            uids: ids(&self.allow_uids, &field("allow_uids"), at)?,
+            gids: ids(&self.allow_gids, &field("allow_gids"), at)?,
+        };
+        Ok(rule)
     }
 
     /// The algorithm with its parameters, each checked and named in errors.
@@ -251,4 +263,30 @@ impl RawRule {
         }
         Ok(ms as u64)
     }
+}
+
+/// A rule's `allow_uids` / `allow_gids`: ids from 0 to 2³²−2 (2³²−1 is "no id").
+fn ids(
+    list: &Option<Spanned<Vec<i64>>>,
+    field: &str,
+    at: &Locator,
+) -> Result<Vec<u32>, ConfigError> {
+    let Some(list) = list else {
+        return Ok(Vec::new());
+    };
+    if let Some(v) = list
+        .get_ref()
+        .iter()
+        .find(|&&v| !(0..i64::from(u32::MAX)).contains(&v))
+    {
+        return Err(at.invalid(
+            list.span(),
+            field,
+            &format!(
+                "entries must be integers from 0 to {} (got {v})",
+                u32::MAX - 1
+            ),
+        ));
+    }
+    Ok(list.get_ref().iter().map(|&v| v as u32).collect())
 }

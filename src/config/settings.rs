@@ -51,6 +51,15 @@ pub struct ServerConfig {
     /// (docs/PERFORMANCE.md measures it).
     #[serde(deserialize_with = "de_worker_threads")]
     pub worker_threads: usize,
+    /// Requests in flight to Redis for the whole daemon at most (1..=1000000); one more
+    /// is answered `ERR BUSY` without asking Redis. A request counts until Redis has
+    /// answered it, even after its reply went out on `redis.timeout_ms`.
+    #[serde(deserialize_with = "de_redis_in_flight")]
+    pub redis_max_in_flight: usize,
+    /// Requests in flight to Redis from the connections of one peer uid at most
+    /// (1..=1000000): one application cannot take every slot (`ERR BUSY` beyond).
+    #[serde(deserialize_with = "de_redis_in_flight_per_uid")]
+    pub redis_max_in_flight_per_uid: usize,
 }
 
 impl ServerConfig {
@@ -76,6 +85,8 @@ impl Default for ServerConfig {
             max_connections: 1000,
             idle_timeout_ms: 300_000,
             worker_threads: 0,
+            redis_max_in_flight: 4096,
+            redis_max_in_flight_per_uid: 1024,
         }
     }
 }
@@ -204,12 +215,27 @@ impl Default for FallbackConfig {
 }
 
 /// `[metrics]`: the opt-in Prometheus endpoint.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
-    /// `ip:port` of the HTTP listener serving the metrics (e.g. `"127.0.0.1:9090"`);
-    /// absent: no metrics. Unauthenticated: keep it on loopback.
+    /// `ip:port` of the HTTP listener serving the metrics (e.g. `"127.0.0.1:9090"`), or
+    /// a port alone (`9090` or `"9090"`) for `127.0.0.1:<port>`; absent: no metrics.
+    /// Unauthenticated: keep it on loopback.
+    #[serde(deserialize_with = "de_listen")]
     pub listen: Option<std::net::SocketAddr>,
+    /// Scrapers served at once (1..=1024); more wait in the kernel's listen queue,
+    /// holding no file descriptor of the daemon.
+    #[serde(deserialize_with = "de_metrics_connections")]
+    pub max_connections: usize,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: None,
+            max_connections: 4,
+        }
+    }
 }
 
 impl RedisConfig {

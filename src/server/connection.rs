@@ -5,9 +5,17 @@
 //! `server.max_in_flight` at once; beyond that the socket is simply not read, which is
 //! backpressure), while replies go back strictly in request order ([`FuturesOrdered`]).
 //! Ready replies are batched into one write.
+//!
+//! Memory per connection is bounded whatever the client does: the read buffer holds at
+//! most about one line (`server.max_line_bytes`) plus one read, at most
+//! `server.max_in_flight` requests are being decided, and replies waiting to be written
+//! are at most [`MAX_WRITE_BATCH`] plus one reply per request in flight; a client that
+//! does not read its replies is simply no longer read (and is closed after
+//! `server.idle_timeout_ms`).
 
 use super::dispatch::{self, Pending};
 use super::ConnectionLimits;
+use crate::admission::Peer;
 use crate::clock::BatchClock;
 use crate::limiter::Limiter;
 use crate::protocol::{ErrorCode, Frame, LineDecoder, ProtoError, Reply};
@@ -21,6 +29,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio_util::codec::Decoder;
 use tokio_util::sync::CancellationToken;
+
+/// Replies encoded but not yet written, bytes, beyond which decoding stops until they are
+/// written: lines answered at once (errors, `PING`, local decisions) cannot pile up
+/// replies faster than the client takes them.
+pub const MAX_WRITE_BATCH: usize = 64 * 1024;
 
 /// Writes all of `buf`, giving up (`TimedOut`) if the client has not taken it all within
 /// `limit` (a client that stopped reading its replies).
@@ -52,6 +65,7 @@ pub async fn serve(
     mut stream: UnixStream,
     limiter: Arc<Limiter>,
     limits: &ConnectionLimits,
+    peer: Peer,
     shutdown: CancellationToken,
 ) -> io::Result<()> {
     let idle_limit = limits.idle_timeout.unwrap_or(Duration::MAX);
@@ -73,7 +87,7 @@ pub async fn serve(
         let mut clock = BatchClock::default();
         let mut at_bound = false;
         while !quit {
-            if pending.len() >= limits.max_in_flight {
+            if pending.len() >= limits.max_in_flight || wbuf.len() >= MAX_WRITE_BATCH {
                 at_bound = true;
                 break;
             }
@@ -95,7 +109,8 @@ pub async fn serve(
                     )))))
                 }
                 Some(Frame::Line(line)) => {
-                    let (reply, is_quit) = dispatch::handle_with(&limiter, &line, &mut clock);
+                    let (reply, is_quit) =
+                        dispatch::handle_with(&limiter, &line, &mut clock, &peer);
                     match reply {
                         // Nothing ahead of it: a ready reply goes straight out, in order,
                         // without a task node in `pending`.
@@ -117,8 +132,9 @@ pub async fn serve(
             wbuf.clear();
         }
         if at_bound && pending.len() < limits.max_in_flight {
-            // Decoding stopped at the bound and replies have made room: lines may
-            // still be waiting in the buffer, decode them before reading more.
+            // Decoding stopped at a bound and replies have made room (or were
+            // written): lines may still be waiting in the buffer, decode them before
+            // reading more.
             continue;
         }
         if stopping && !drained && !eof && !quit && pending.len() < limits.max_in_flight {

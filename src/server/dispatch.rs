@@ -4,6 +4,7 @@
 //! rules, the limiter knows no wire format. Every `ERR` reply of a request is counted
 //! here.
 
+use crate::admission::Peer;
 use crate::clock::BatchClock;
 use crate::limiter::{Check, CheckError, Decided, Limiter};
 use crate::metrics;
@@ -37,19 +38,31 @@ impl Future for Pending {
     }
 }
 
-/// Answers one request line (terminator removed). The `bool` is true for `QUIT`: the
+/// Answers one request line (terminator removed) as if this process were the peer, with
+/// no bound on requests in flight (tests, fuzzing). The `bool` is true for `QUIT`: the
 /// connection closes after this reply.
 pub fn handle(limiter: &Arc<Limiter>, line: &[u8]) -> (Pending, bool) {
-    handle_with(limiter, line, &mut BatchClock::default())
+    static SELF: std::sync::OnceLock<Peer> = std::sync::OnceLock::new();
+    let peer = SELF.get_or_init(|| {
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Peer::unbounded(uid, gid)
+    });
+    handle_with(limiter, line, &mut BatchClock::default(), peer)
 }
 
-/// [`handle`], reading the wall clock through `clock`, shared by the lines of one
-/// batch.
-pub fn handle_with(limiter: &Arc<Limiter>, line: &[u8], clock: &mut BatchClock) -> (Pending, bool) {
+/// [`handle`] for `peer`, reading the wall clock through `clock`, shared by the lines of
+/// one batch.
+pub fn handle_with(
+    limiter: &Arc<Limiter>,
+    line: &[u8],
+    clock: &mut BatchClock,
+    peer: &Peer,
+) -> (Pending, bool) {
     let ready = |reply: Reply| Pending::Ready(Some(reply));
     match protocol::parse(line) {
         Ok(Request::Check { rule, key, cost }) => {
-            let pending = match limiter.check(rule, key, cost, clock) {
+            let pending = match limiter.check(rule, key, cost, clock, peer) {
                 Check::Ready(Ok(d)) => ready(Reply::Decision(d.decision, d.window_ms)),
                 Check::Ready(Err(e)) => ready(refusal(e, rule).into()),
                 Check::Redis(fut) => Pending::Redis(fut),
@@ -74,6 +87,8 @@ fn refusal(e: CheckError, rule: &[u8]) -> ProtoError {
         ),
         CheckError::CostAboveLimit { .. } => ProtoError::new(ErrorCode::Cost, e.to_string()),
         CheckError::KeyTooLong => ProtoError::new(ErrorCode::Key, e.to_string()),
+        CheckError::Forbidden { .. } => ProtoError::new(ErrorCode::Perm, e.to_string()),
+        CheckError::Busy { .. } => ProtoError::new(ErrorCode::Busy, e.to_string()),
     };
     metrics::error_reply(error.code);
     error

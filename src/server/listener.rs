@@ -3,6 +3,7 @@
 //! accepting and waits for every connection to answer what it received.
 
 use super::{connection, ConnectionLimits, PeerAccess};
+use crate::admission::{InFlight, Peer};
 use crate::limiter::Limiter;
 use crate::protocol::{ErrorCode, ProtoError, Reply};
 use crate::throttle::Throttle;
@@ -43,6 +44,7 @@ pub async fn serve(
     let tracker = TaskTracker::new();
     let limits = Arc::new(limits);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let in_flight = InFlight::new(limits.redis_in_flight);
     let refusals = Refusals::default();
     let open = crate::metrics::connections();
     loop {
@@ -50,7 +52,7 @@ pub async fn serve(
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    let Some(slot) = admit(&stream, &limits, &slots, &refusals) else {
+                    let Some((slot, peer)) = admit(&stream, &limits, &slots, &refusals, &in_flight) else {
                         continue;
                     };
                     let limiter = Arc::clone(&limiter);
@@ -59,7 +61,7 @@ pub async fn serve(
                     let open = open.clone();
                     open.increment(1.0);
                     tracker.spawn(async move {
-                        if let Err(e) = connection::serve(stream, limiter, &limits, shutdown).await {
+                        if let Err(e) = connection::serve(stream, limiter, &limits, peer, shutdown).await {
                             tracing::debug!(error = %e, "connection ended with an error");
                         }
                         open.decrement(1.0);
@@ -81,28 +83,33 @@ pub async fn serve(
 
 /// Checks a new connection against `allow_uids`/`allow_gids`, then takes one of the
 /// `max_connections` slots. A refused connection is told why (`ERR PERM` or `ERR BUSY`,
-/// written without waiting: its send buffer is empty), logged, and closed on drop.
+/// written without waiting: its send buffer is empty), logged, and closed on drop. An
+/// admitted one gets its [`Peer`] (its uid's share of the Redis slots).
 fn admit(
     stream: &UnixStream,
     limits: &ConnectionLimits,
     slots: &Arc<Semaphore>,
     refusals: &Refusals,
-) -> Option<OwnedSemaphorePermit> {
+    in_flight: &Arc<InFlight>,
+) -> Option<(OwnedSemaphorePermit, Peer)> {
     let refuse = |code, message: &str| {
         crate::metrics::error_reply(code);
         let mut line = BytesMut::new();
         Reply::Error(ProtoError::new(code, message)).encode(&mut line);
         let _ = stream.try_write(&line);
     };
-    if let Err(message) = check_peer(stream, &limits.access) {
-        refuse(ErrorCode::Perm, &message);
-        if let Some(suppressed) = refusals.perm.admit() {
-            tracing::warn!(suppressed, "refused a connection: {message}");
+    let (uid, gid) = match check_peer(stream, &limits.access) {
+        Ok(ids) => ids,
+        Err(message) => {
+            refuse(ErrorCode::Perm, &message);
+            if let Some(suppressed) = refusals.perm.admit() {
+                tracing::warn!(suppressed, "refused a connection: {message}");
+            }
+            return None;
         }
-        return None;
-    }
+    };
     match Arc::clone(slots).try_acquire_owned() {
-        Ok(slot) => Some(slot),
+        Ok(slot) => Some((slot, in_flight.peer(uid, gid))),
         Err(_) => {
             refuse(
                 ErrorCode::Busy,
@@ -123,16 +130,17 @@ fn admit(
     }
 }
 
-/// `Err(message for the peer and the log)` if `access` does not let the peer in.
-fn check_peer(stream: &UnixStream, access: &PeerAccess) -> Result<(), String> {
-    if access.uids.is_empty() && access.gids.is_empty() {
-        return Ok(());
-    }
-    let cred = stream
-        .peer_cred()
-        .map_err(|e| format!("cannot read the peer's credentials: {e}"))?;
+/// The peer's uid and gid, or `Err(message for the peer and the log)` if `access` does
+/// not let it in. Credentials that cannot be read are "no id" (`u32::MAX`): refused by
+/// any list, served where nothing is listed.
+fn check_peer(stream: &UnixStream, access: &PeerAccess) -> Result<(u32, u32), String> {
+    let cred = match stream.peer_cred() {
+        Ok(cred) => cred,
+        Err(_) if access.is_open() => return Ok((u32::MAX, u32::MAX)),
+        Err(e) => return Err(format!("cannot read the peer's credentials: {e}")),
+    };
     if access.allows(cred.uid(), cred.gid()) {
-        return Ok(());
+        return Ok((cred.uid(), cred.gid()));
     }
     let pid = cred.pid().map_or_else(|| "?".into(), |p| p.to_string());
     Err(format!(

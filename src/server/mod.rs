@@ -10,10 +10,12 @@ pub mod dispatch;
 pub mod listener;
 pub mod socket;
 
+pub use crate::admission::PeerAccess;
 pub use dispatch::Pending;
 pub use listener::serve;
 pub use socket::{bind, BindError};
 
+use crate::admission::InFlightLimits;
 use crate::config::ServerConfig;
 use std::time::Duration;
 
@@ -31,6 +33,8 @@ pub struct ConnectionLimits {
     pub idle_timeout: Option<Duration>,
     /// Who may connect (`SO_PEERCRED`).
     pub access: PeerAccess,
+    /// Requests in flight to Redis: for the daemon, per peer uid.
+    pub redis_in_flight: InFlightLimits,
 }
 
 impl From<&ServerConfig> for ConnectionLimits {
@@ -44,26 +48,10 @@ impl From<&ServerConfig> for ConnectionLimits {
                 uids: c.allow_uids.clone(),
                 gids: c.allow_gids.clone(),
             },
+            redis_in_flight: InFlightLimits {
+                total: c.redis_max_in_flight,
+                per_uid: c.redis_max_in_flight_per_uid,
+            },
         }
-    }
-}
-
-/// `server.allow_uids` / `server.allow_gids`: both empty lets every peer in (the socket
-/// file's permissions still apply); otherwise a peer needs its uid in `uids` or its
-/// (effective, primary) gid in `gids`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PeerAccess {
-    /// Allowed peer uids.
-    pub uids: Vec<u32>,
-    /// Allowed peer gids (primary gid only: `SO_PEERCRED` carries no supplementary groups).
-    pub gids: Vec<u32>,
-}
-
-impl PeerAccess {
-    /// True if a peer with `uid` and `gid` may be served.
-    pub fn allows(&self, uid: u32, gid: u32) -> bool {
-        (self.uids.is_empty() && self.gids.is_empty())
-            || self.uids.contains(&uid)
-            || self.gids.contains(&gid)
     }
 }

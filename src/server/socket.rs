@@ -136,3 +136,23 @@ fn bind_with_mode(path: &Path, mode: u32) -> io::Result<std::os::unix::net::Unix
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     Ok(listener)
 }
+
+/// The identity (device, inode) of the socket file at `path`, read without following a
+/// symlink; `None` if it is not a socket.
+pub fn identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    meta.file_type()
+        .is_socket()
+        .then(|| (meta.dev(), meta.ino()))
+}
+
+/// Removes the socket file at `path` at shutdown if it is still the one this daemon
+/// bound (`bound`, from [`identity`] after binding): never a symlink (unlink does not
+/// follow it, and a symlink is not our socket) nor a socket another daemon created since.
+pub fn remove_if_ours(path: &Path, bound: Option<(u64, u64)>) -> io::Result<bool> {
+    if bound.is_none() || identity(path) != bound {
+        return Ok(false);
+    }
+    std::fs::remove_file(path).map(|()| true)
+}

@@ -1,0 +1,236 @@
+//! Who may use what, and how much of Redis one application may hold: the peer of a
+//! connection (uid and gid from `SO_PEERCRED`), the uid/gid lists of `[server]` and of
+//! each rule, and the daemon-wide cap on requests in flight to Redis with its share per
+//! uid.
+//!
+//! Why a cap: every `CHECK` that goes to Redis queues in Redis behind the ones already
+//! sent. Without a bound, one application pipelining on many connections fills that
+//! queue, every other application's decisions wait behind it (or time out and trip the
+//! circuit for everyone). With `server.redis_max_in_flight` for the whole daemon and
+//! `server.redis_max_in_flight_per_uid` per peer uid, one uid can hold at most its share
+//! and the rest stays for the others; a request beyond either bound is answered
+//! `ERR BUSY` at once, without touching Redis.
+//!
+//! A slot is held until Redis has answered (or the Redis client gave up on the command),
+//! not merely until the caller's `redis.timeout_ms` ran out: a decision that timed out
+//! still sits in Redis' queue, so it still counts.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+/// A uid/gid allow-list (`server.allow_uids` / `allow_gids`, or a rule's): both empty
+/// lets every peer through; otherwise a peer needs its uid in `uids` or its (effective,
+/// primary) gid in `gids`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerAccess {
+    /// Allowed peer uids.
+    pub uids: Vec<u32>,
+    /// Allowed peer gids (primary gid only: `SO_PEERCRED` carries no supplementary groups).
+    pub gids: Vec<u32>,
+}
+
+impl PeerAccess {
+    /// True if a peer with `uid` and `gid` may be served.
+    pub fn allows(&self, uid: u32, gid: u32) -> bool {
+        self.is_open() || self.uids.contains(&uid) || self.gids.contains(&gid)
+    }
+
+    /// True if the lists restrict nothing (both empty).
+    pub fn is_open(&self) -> bool {
+        self.uids.is_empty() && self.gids.is_empty()
+    }
+}
+
+/// The bounds on requests in flight to Redis (`[server]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InFlightLimits {
+    /// For the whole daemon (`server.redis_max_in_flight`).
+    pub total: usize,
+    /// Per peer uid (`server.redis_max_in_flight_per_uid`).
+    pub per_uid: usize,
+}
+
+impl InFlightLimits {
+    /// No practical bound (tests, benchmarks of the limiter alone).
+    pub const UNBOUNDED: InFlightLimits = InFlightLimits {
+        total: usize::MAX / 2,
+        per_uid: usize::MAX / 2,
+    };
+}
+
+/// The daemon-wide count of requests in flight to Redis, and one count per peer uid
+/// with a connection open.
+#[derive(Debug)]
+pub struct InFlight {
+    limits: InFlightLimits,
+    total: AtomicUsize,
+    /// The count of each uid with a connection open (an entry goes when its last
+    /// connection and its last request in flight are gone).
+    uids: Mutex<HashMap<u32, Weak<AtomicUsize>>>,
+}
+
+impl InFlight {
+    /// Counts for `limits`.
+    pub fn new(limits: InFlightLimits) -> Arc<Self> {
+        Arc::new(InFlight {
+            limits,
+            total: AtomicUsize::new(0),
+            uids: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The bounds.
+    pub fn limits(&self) -> InFlightLimits {
+        self.limits
+    }
+
+    /// Requests in flight to Redis now, for the whole daemon.
+    pub fn total(&self) -> usize {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// The peer of a new connection, sharing its uid's count with the uid's other
+    /// connections.
+    pub fn peer(self: &Arc<Self>, uid: u32, gid: u32) -> Peer {
+        let mut uids = self.uids.lock().unwrap_or_else(|e| e.into_inner());
+        let share = match uids.get(&uid).and_then(Weak::upgrade) {
+            Some(share) => share,
+            None => {
+                // Drop the entries of uids that are gone before adding one: the map
+                // stays as large as the uids with a connection open.
+                uids.retain(|_, w| w.strong_count() > 0);
+                let share = Arc::new(AtomicUsize::new(0));
+                uids.insert(uid, Arc::downgrade(&share));
+                share
+            }
+        };
+        Peer {
+            uid,
+            gid,
+            share,
+            in_flight: Arc::clone(self),
+        }
+    }
+}
+
+/// Takes one unit of `counter` if it stays within `max`.
+fn take(counter: &AtomicUsize, max: usize) -> bool {
+    counter
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .is_ok()
+}
+
+/// The peer of one connection: who it is, and its uid's share of the Redis slots.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    /// Peer uid (`SO_PEERCRED`).
+    pub uid: u32,
+    /// Peer effective gid.
+    pub gid: u32,
+    share: Arc<AtomicUsize>,
+    in_flight: Arc<InFlight>,
+}
+
+impl Peer {
+    /// A peer with no bound on its Redis requests (tests, benchmarks).
+    pub fn unbounded(uid: u32, gid: u32) -> Peer {
+        InFlight::new(InFlightLimits::UNBOUNDED).peer(uid, gid)
+    }
+
+    /// True if `access` lets this peer in.
+    pub fn may(&self, access: &PeerAccess) -> bool {
+        access.allows(self.uid, self.gid)
+    }
+
+    /// One slot for a request to Redis, or `None` if this peer's uid holds its share or
+    /// the daemon is at its cap (the request is then answered `ERR BUSY`).
+    pub fn redis_slot(&self) -> Option<RedisSlot> {
+        let limits = self.in_flight.limits;
+        if !take(&self.share, limits.per_uid) {
+            return None;
+        }
+        if !take(&self.in_flight.total, limits.total) {
+            self.share.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(RedisSlot {
+            share: Arc::clone(&self.share),
+            in_flight: Arc::clone(&self.in_flight),
+        })
+    }
+
+    /// The bounds of the requests in flight to Redis.
+    pub fn in_flight_limits(&self) -> InFlightLimits {
+        self.in_flight.limits
+    }
+
+    /// Requests of this peer's uid in flight to Redis now.
+    pub fn uid_in_flight(&self) -> usize {
+        self.share.load(Ordering::Relaxed)
+    }
+}
+
+/// One request in flight to Redis; the slot is given back on drop.
+#[derive(Debug)]
+pub struct RedisSlot {
+    share: Arc<AtomicUsize>,
+    in_flight: Arc<InFlight>,
+}
+
+impl Drop for RedisSlot {
+    fn drop(&mut self) {
+        self.share.fetch_sub(1, Ordering::AcqRel);
+        self.in_flight.total.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_lists() {
+        let open = PeerAccess::default();
+        assert!(open.allows(1, 1) && open.is_open());
+        let a = PeerAccess {
+            uids: vec![10],
+            gids: vec![20],
+        };
+        assert!(a.allows(10, 0) && a.allows(0, 20) && !a.allows(11, 21));
+    }
+
+    #[test]
+    fn a_uid_holds_at_most_its_share_and_the_daemon_its_total() {
+        let f = InFlight::new(InFlightLimits {
+            total: 5,
+            per_uid: 3,
+        });
+        let (a1, a2, b) = (f.peer(1, 1), f.peer(1, 1), f.peer(2, 2));
+        let mut held: Vec<RedisSlot> = (0..3).map(|_| a1.redis_slot().unwrap()).collect();
+        // The uid's second connection shares its count.
+        assert!(a2.redis_slot().is_none() && a1.redis_slot().is_none());
+        assert_eq!(a2.uid_in_flight(), 3);
+        held.push(b.redis_slot().unwrap());
+        held.push(b.redis_slot().unwrap());
+        // The daemon is at its total: uid 2 is below its share but refused.
+        assert!(b.redis_slot().is_none());
+        assert_eq!(b.uid_in_flight(), 2);
+        assert_eq!(f.total(), 5);
+        held.truncate(1);
+        assert_eq!(f.total(), 1);
+        assert!(a2.redis_slot().is_some());
+    }
+
+    #[test]
+    fn uids_without_connections_leave_the_map() {
+        let f = InFlight::new(InFlightLimits::UNBOUNDED);
+        for uid in 0..100 {
+            drop(f.peer(uid, 0));
+        }
+        let _p = f.peer(1000, 0);
+        assert_eq!(f.uids.lock().unwrap().len(), 1);
+    }
+}
