@@ -35,6 +35,11 @@ use tokio_util::sync::CancellationToken;
 /// replies faster than the client takes them.
 pub const MAX_WRITE_BATCH: usize = 64 * 1024;
 
+/// Lines answered by one connection between two turns given to the others: a client
+/// pipelining without pause must not keep the runtime's thread (and the I/O driver that
+/// wakes every other connection) to itself.
+pub const LINES_PER_TURN: usize = 32;
+
 /// Writes all of `buf`, giving up (`TimedOut`) if the client has not taken it all within
 /// `limit` (a client that stopped reading its replies).
 async fn write_within(
@@ -81,13 +86,21 @@ pub async fn serve(
     let mut quit = false;
     let mut stopping = false;
     let mut drained = false;
+    let mut lines_this_turn = 0usize;
     loop {
+        if lines_this_turn >= LINES_PER_TURN {
+            lines_this_turn = 0;
+            tokio::task::yield_now().await;
+        }
         // Turn buffered lines into requests, up to the in-flight bound; they are
         // decided at one instant (one clock read).
         let mut clock = BatchClock::default();
         let mut at_bound = false;
         while !quit {
-            if pending.len() >= limits.max_in_flight || wbuf.len() >= MAX_WRITE_BATCH {
+            if pending.len() >= limits.max_in_flight
+                || wbuf.len() >= MAX_WRITE_BATCH
+                || lines_this_turn >= LINES_PER_TURN
+            {
                 at_bound = true;
                 break;
             }
@@ -96,6 +109,9 @@ pub async fn serve(
             } else {
                 decoder.decode(&mut rbuf)?
             };
+            if frame.is_some() {
+                lines_this_turn += 1;
+            }
             match frame {
                 None => break,
                 Some(Frame::TooLong) => {
