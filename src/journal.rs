@@ -52,14 +52,16 @@ fn stderr_is_journal() -> bool {
     dev.parse() == Ok(meta.dev()) && ino.parse() == Ok(meta.ino())
 }
 
-/// What to put before a line written straight to stderr so that, when stderr is the
-/// journal, the line is recorded at priority err (`<3>`, sd-daemon(3)); else nothing.
-pub fn error_prefix() -> &'static str {
-    if stderr_is_journal() {
-        "<3>"
-    } else {
-        ""
+/// Writes an error straight to stderr. When stderr is the journal every line gets the
+/// `<3>` prefix (sd-daemon(3)), so the whole message, a TOML error's excerpt included,
+/// is recorded at priority err.
+pub fn eprint_error(text: &str) {
+    let prefix = if stderr_is_journal() { "<3>" } else { "" };
+    let mut out = String::with_capacity(text.len() + 16);
+    for line in text.lines() {
+        let _ = writeln!(out, "{prefix}{line}");
     }
+    let _ = std::io::stderr().write_all(out.as_bytes());
 }
 
 /// A `tracing` layer writing each event to the journal as one native-protocol datagram.

@@ -64,10 +64,7 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             // Under systemd this is how a reload's check fails: at priority err.
-            eprintln!(
-                "{}ratelimitd: invalid configuration: {e}",
-                journal::error_prefix()
-            );
+            journal::eprint_error(&format!("ratelimitd: invalid configuration: {e}"));
             return ExitCode::from(2);
         }
     };
@@ -84,7 +81,7 @@ fn main() -> ExitCode {
     match daemon::run(config_path, config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e @ daemon::StartError::Runtime(_)) => {
-            eprintln!("{}ratelimitd: {e}", journal::error_prefix());
+            journal::eprint_error(&format!("ratelimitd: {e}"));
             ExitCode::FAILURE
         }
         Err(e) => {
