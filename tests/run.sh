@@ -34,6 +34,16 @@ fi
 if ! command -v php >/dev/null 2>&1; then
   missing_pkgs+=(php-cli)
 fi
+# The PHP client's composer install (offline, from a path repository) and its PSR-7
+# implementation; the Java client's compiler, servlet API and JUnit console launcher.
+# (Not php-psr: it conflicts with composer through php-symfony-service-contracts.)
+command -v composer >/dev/null 2>&1 || missing_pkgs+=(composer)
+[ -f /usr/share/php/Nyholm/Psr7/autoload.php ] || missing_pkgs+=(php-nyholm-psr7)
+command -v javac >/dev/null 2>&1 || missing_pkgs+=(openjdk-17-jdk-headless)
+[ -f /usr/share/java/jakarta-servlet-api.jar ] || missing_pkgs+=(libjakarta-servlet-api-java)
+[ -f /usr/share/java/junit-platform-console-standalone.jar ] || missing_pkgs+=(junit5)
+# tests/production_redis.rs makes its test CA with the openssl command.
+command -v openssl >/dev/null 2>&1 || missing_pkgs+=(openssl)
 
 if ((${#missing_pkgs[@]})); then
   log "missing tools; installing Debian packages: ${missing_pkgs[*]}"
@@ -59,7 +69,7 @@ if ((${#missing_pkgs[@]})); then
     log "apt-get install reported an error; checking the binaries anyway"
 fi
 
-for tool in redis-server redis-cli socat systemd-analyze systemd-socket-activate objcopy go php; do
+for tool in redis-server redis-cli socat systemd-analyze systemd-socket-activate objcopy go php composer javac openssl; do
   command -v "$tool" >/dev/null 2>&1 || { log "$tool is still missing after install"; exit 1; }
 done
 log "using $(redis-server --version | head -n1)"
