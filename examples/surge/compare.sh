@@ -5,10 +5,10 @@
 #
 #   examples/surge/compare.sh [--out DIR] [--redis-killed] [run.sh options...]
 #   -> DIR/off/, DIR/on/ [, DIR/redis-killed/] (each as run.sh writes it),
-#      DIR/report.md and DIR/latency.png (default DIR: examples/surge/results)
+#      DIR/report.md and DIR/latency.png (default DIR: examples/surge/results/latest)
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
-OUT="$HERE/results" MODES="off on" ARGS=()
+OUT="$HERE/results/latest" MODES="off on" ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) OUT="$2"; shift 2 ;;

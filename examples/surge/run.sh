@@ -46,7 +46,7 @@ case "$MODE" in off|on|redis-killed) ;; *) echo "run.sh: --mode off|on|redis-kil
 # Riders arrive within the first 5 s: a surge. (All in one second measures mostly
 # locust itself starting greenlets and connections.)
 SPAWN="${SPAWN:-$(awk "BEGIN{r=$USERS/5; print (r<1)?1:r}")}"
-OUT="${OUT:-$HERE/results/$MODE}"
+OUT="${OUT:-$HERE/results/latest-$MODE}"
 mkdir -p "$OUT/raw"; OUT="$(cd "$OUT" && pwd)"; rm -f "$OUT"/raw/*
 
 # --- tools ---------------------------------------------------------------------------
