@@ -294,9 +294,9 @@ warnings=$(X journalctl -u ratelimitd -p warning --since "$since" --no-pager -q)
 if grep -qi redis <<<"$warnings"; then
   ok journal-warning-shows-redis-outage
   log "journalctl -p warning: $(head -1 <<<"$warnings")"
-  # The event's fields are journal fields too (the circuit's REASON=).
-  X journalctl -u ratelimitd -p warning --since "$since" --no-pager -o verbose | grep -q '^ *REASON=' &&
-    ok journal-structured-fields || bad journal-structured-fields "no REASON= field on the outage warning"
+  # Sent with the native protocol: the event's target and fields are journal fields.
+  X journalctl -u ratelimitd -p warning --since "$since" --no-pager -o verbose | grep -q '^ *TARGET=ratelimitd' &&
+    ok journal-structured-fields || bad journal-structured-fields "no TARGET= field on the outage warning"
 else
   bad journal-warning-shows-redis-outage "journalctl -p warning -u ratelimitd shows nothing (the outage is logged at priority $(X journalctl -u ratelimitd --since "$since" -o verbose --no-pager | grep -m1 -o 'PRIORITY=[0-9]'))"
 fi
