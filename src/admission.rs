@@ -16,8 +16,12 @@
 //! still sits in Redis' queue, so it still counts.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 /// A uid/gid allow-list (`server.allow_uids` / `allow_gids`, or a rule's): both empty
 /// lets every peer through; otherwise a peer needs its uid in `uids` or its (effective,
@@ -187,6 +191,67 @@ impl Drop for RedisSlot {
     }
 }
 
+/// A call to Redis that holds a [`RedisSlot`] (moved into `F`): awaited by its caller,
+/// and, if the caller stops waiting (its `redis.timeout_ms` ran out, or its connection
+/// closed), finished on a task of its own, so that the slot comes back only when Redis
+/// is done with the request. `limit` bounds that task, a backstop: the Redis client gives
+/// up on a command by itself.
+pub struct UntilDone<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    call: Option<Pin<Box<F>>>,
+    limit: Duration,
+}
+
+impl<F> UntilDone<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    /// Wraps `call`.
+    pub fn new(call: F, limit: Duration) -> Self {
+        UntilDone {
+            call: Some(Box::pin(call)),
+            limit,
+        }
+    }
+}
+
+impl<F> Future for UntilDone<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        let Some(call) = this.call.as_mut() else {
+            return Poll::Pending;
+        };
+        let out = call.as_mut().poll(cx);
+        if out.is_ready() {
+            this.call = None;
+        }
+        out
+    }
+}
+
+impl<F> Drop for UntilDone<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn drop(&mut self) {
+        if let (Some(call), Ok(runtime)) = (self.call.take(), tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn(tokio::time::timeout(self.limit, call));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,6 +287,40 @@ mod tests {
         held.truncate(1);
         assert_eq!(f.total(), 1);
         assert!(a2.redis_slot().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_call_dropped_unfinished_keeps_its_slot_until_it_ends() {
+        let f = InFlight::new(InFlightLimits {
+            total: 1,
+            per_uid: 1,
+        });
+        let peer = f.peer(1, 1);
+        let slot = peer.redis_slot().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let mut call = UntilDone::new(
+            async move {
+                let _ = rx.await;
+                drop(slot);
+            },
+            Duration::from_secs(10),
+        );
+        // The caller gives up (a timeout), then drops the call.
+        assert!(tokio::time::timeout(Duration::from_millis(10), &mut call)
+            .await
+            .is_err());
+        drop(call);
+        assert_eq!(f.total(), 1, "still in flight");
+        assert!(peer.redis_slot().is_none());
+        tx.send(()).unwrap();
+        for _ in 0..100 {
+            if f.total() == 0 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(f.total(), 0, "freed once the call ended");
+        assert!(peer.redis_slot().is_some());
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //!                                                                           └► error of this key only: on_redis_failure
 //! ```
 
-use crate::admission::Peer;
+use crate::admission::{Peer, UntilDone};
 use crate::cache::DenyCache;
 use crate::clock::{wall_clock_us, BatchClock};
 use crate::config::{Config, Rule};
@@ -249,21 +249,22 @@ impl Limiter {
             let rule = &entry.rule;
             let asked = Instant::now();
             let asked_us = wall_clock_us();
-            // The call owns what it needs and the slot, so that, if the reply goes out
-            // on the timeout, it can finish on its own and free the slot only when Redis
-            // is done with it.
-            let mut call = Box::pin({
-                let (key, params) = (redis_key.clone(), rule.params);
-                async move {
-                    let outcome = redis.decide(&key, &params, cost).await;
-                    drop(slot);
-                    outcome
-                }
-            });
+            // The call owns what it needs and the slot: if the reply goes out on the
+            // timeout, or the client goes away, it finishes on its own and frees the
+            // slot only when Redis is done with it.
+            let mut call = UntilDone::new(
+                {
+                    let (key, params) = (redis_key.clone(), rule.params);
+                    async move {
+                        let outcome = redis.decide(&key, &params, cost).await;
+                        drop(slot);
+                        outcome
+                    }
+                },
+                SLOT_HELD_AT_MOST,
+            );
             let answer = tokio::time::timeout(this.timeout, &mut call).await;
-            if answer.is_err() {
-                tokio::spawn(tokio::time::timeout(SLOT_HELD_AT_MOST, call));
-            }
+            drop(call);
             this.redis_calls.took(asked.elapsed());
             let decision = match answer {
                 Ok(Ok(o)) => {
