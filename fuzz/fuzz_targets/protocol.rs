@@ -1,4 +1,9 @@
-//! Fuzz target for the line decoder + parser + local decision path (CONTRACT §1).
+//! Fuzz target for what untrusted bytes reach first: the daemon's own `LineDecoder`
+//! (`ratelimitd::protocol::frame`), then, for each line, the daemon's own dispatch
+//! (`ratelimitd::server::dispatch::handle`: the request parser, the rule lookup, the cost
+//! check and a local decision in `redis.mode = "none"`), exactly as a connection calls
+//! them. Only the socket I/O around them is left out (tests/socket.rs and
+//! tests/garbage.rs drive that over a real socket).
 //!
 //! Input layout: byte 0 picks `max_line_bytes` (8..=263, small so that over-long lines
 //! are common), byte 1 picks where the stream is cut into two reads; the rest is the
@@ -13,9 +18,9 @@ use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 use ratelimitd::config::Config;
 use ratelimitd::limiter::Limiter;
+use ratelimitd::protocol::{ErrorCode, Frame, LineDecoder, ProtoError, Reply};
 use ratelimitd::server::dispatch::{handle, Pending};
 use ratelimitd::store::health::Circuit;
-use ratelimitd::protocol::{ErrorCode, Frame, LineDecoder, ProtoError, Reply};
 use std::sync::{Arc, OnceLock};
 use tokio_util::codec::Decoder;
 
@@ -39,7 +44,9 @@ fn limiter() -> &'static Arc<Limiter> {
     })
 }
 
-/// The reply the server would send for one frame (mode none: always ready).
+/// The reply the server sends for one frame: `ERR TOO_LONG` for an over-long one (the
+/// connection writes that itself, with this message), else what the real dispatch
+/// answers (mode none: always ready).
 fn reply_for(frame: Frame, max: usize) -> Reply {
     match frame {
         Frame::TooLong => Reply::Error(ProtoError::new(
@@ -47,7 +54,10 @@ fn reply_for(frame: Frame, max: usize) -> Reply {
             format!("line longer than server.max_line_bytes = {max}"),
         )),
         Frame::Line(line) => {
-            assert!(line.len() <= max, "a line longer than the limit got through");
+            assert!(
+                line.len() <= max,
+                "a line longer than the limit got through"
+            );
             match handle(limiter(), &line).0 {
                 Pending::Ready(Some(reply)) => reply,
                 _ => panic!("mode none must answer at once"),
@@ -81,7 +91,11 @@ fuzz_target!(|data: &[u8]| {
     }
 
     let newlines = stream.iter().filter(|&&b| b == b'\n').count();
-    let tail = stream.len() - stream.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let tail = stream.len()
+        - stream
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
     let lines = newlines + usize::from(tail > 0);
     assert_eq!(replies, lines, "one reply per input line");
     // Every reply is exactly one line.
