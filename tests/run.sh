@@ -102,6 +102,34 @@ if [ "${RATELIMITD_SKIP_DEB:-0}" != 1 ]; then
   fi
 fi
 
+# count_suite NAME: adds the "NAME: N passed, M failed[, K skipped]" line of "$out" to
+# the totals (a suite that printed no such line counts as one failure).
+count_suite() {
+  local line p f
+  line=$(sed -n "s/^$1: \([0-9]*\) passed, \([0-9]*\) failed.*/\1 \2/p" "$out" | tail -n 1)
+  read -r p f <<<"${line:-0 1}"
+  passed=$((passed + p))
+  failed=$((failed + f))
+}
+
+# The package under a real systemd (tests/systemd-real.sh boots Debian in a container
+# with systemd-nspawn: install, socket activation as a client group member, restart,
+# reload, watchdog, reboot, remove and purge). It says why it skips where the machine
+# cannot boot a container. RATELIMITD_SKIP_DEB=1 skips it too.
+if [ "${RATELIMITD_SKIP_DEB:-0}" != 1 ]; then
+  bash tests/systemd-real.sh 2>&1 | tee "$out" || true
+  count_suite systemd-real
+fi
+
+# The surge experiment, short (examples/surge/ci.sh): 100 riders against a
+# fixed-capacity API without and with the limiter; asserts the direction.
+# SURGE=0 skips it.
+if [ "${SURGE:-1}" != 0 ]; then
+  [ -x target/release/ratelimitd ] || cargo build --release --quiet --bin ratelimitd
+  RATELIMITD_BIN=$PWD/target/release/ratelimitd bash examples/surge/ci.sh 2>&1 | tee "$out" || true
+  count_suite surge
+fi
+
 # The chaos suite (chaos/run.sh, chaos/README.md): Redis killed, frozen, failed
 # over, flushed, out of memory, slow... under load, after the tests above pass.
 # Its counts join the total; CHAOS=0 skips it.

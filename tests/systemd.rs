@@ -240,14 +240,20 @@ fn units_declare_notify_watchdog_reload_and_hardening() {
     let socket = lines(&socket);
     for want in [
         "Type=notify",
+        "ExecReload=/usr/bin/ratelimitd --check --config /etc/ratelimitd/ratelimitd.toml",
         "ExecReload=/bin/kill -HUP $MAINPID",
         "Restart=on-failure",
-        "RuntimeDirectory=ratelimitd",
-        "RuntimeDirectoryPreserve=yes",
         "User=ratelimitd",
     ] {
         assert!(service.iter().any(|l| l == want), "service lacks {want}");
     }
+    // The socket unit owns /run/ratelimitd: a RuntimeDirectory= in the service would
+    // make systemd chown the directory and the socket in it to the service's user on
+    // the first activation, locking the clients' group out.
+    assert!(
+        !service.iter().any(|l| l.starts_with("RuntimeDirectory")),
+        "the service must not declare RuntimeDirectory="
+    );
     assert!(service.iter().any(|l| l.starts_with("WatchdogSec=")));
     for want in [
         "ListenStream=/run/ratelimitd/ratelimitd.sock",
