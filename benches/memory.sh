@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Peak memory of the daemon with many distinct keys (issue #6): redis.mode = "none",
+# Peak memory of the daemon with many distinct keys: redis.mode = "none",
 # one CHECK per new key, measured from /proc/<pid>/status (VmHWM = peak RSS).
 #
 #   bash benches/memory.sh [KEYS] [MAX_KEYS...]

@@ -1,4 +1,4 @@
-//! Socket security and limits (issue #6): `allow_uids` / `allow_gids` (SO_PEERCRED),
+//! Socket security and limits: `allow_uids` / `allow_gids` (SO_PEERCRED),
 //! `socket_mode`, the unsafe-directory refusal, `max_connections`, `idle_timeout_ms`,
 //! and a stalled client that must not delay others. Real binary, real Unix socket,
 //! `redis.mode = "none"`.

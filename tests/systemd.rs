@@ -1,4 +1,4 @@
-//! systemd integration (issue #5), without systemd as PID 1: the unit files pass
+//! systemd integration, without systemd as PID 1: the unit files pass
 //! `systemd-analyze verify` with no output at all; socket activation through Debian's
 //! `systemd-socket-activate`; the `sd_notify` messages (READY, STATUS, WATCHDOG,
 //! RELOADING, STOPPING) received on a datagram socket of the test's own set as
@@ -224,7 +224,7 @@ fn units_pass_systemd_analyze_verify_without_any_warning() {
     );
 }
 
-/// What the unit files promise, checked line by line against the issue's list.
+/// What the unit files promise, checked line by line against what the package documents.
 #[test]
 fn units_declare_notify_watchdog_reload_and_hardening() {
     let service = fs::read_to_string(units_dir().join("ratelimitd.service")).unwrap();
