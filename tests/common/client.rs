@@ -131,7 +131,7 @@ impl Reply {
     }
 }
 
-/// The sources a CHECK reply may name (CONTRACT §1).
+/// The sources a CHECK reply may name (docs/PROTOCOL.md §1).
 pub const SOURCES: [&str; 5] = ["redis", "cache", "local", "fail_open", "fail_closed"];
 
 /// Parse `ALLOW|DENY <limit> <remaining> <reset_ms> <wait_ms> <source> [extra…]`
