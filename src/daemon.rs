@@ -8,7 +8,7 @@ use crate::config::{diff, Config, OnRedisFailure, RedisMode};
 use crate::limiter::Limiter;
 use crate::metrics;
 use crate::server::{self, BindError, ConnectionLimits};
-use crate::store::health::{self, Circuit};
+use crate::store::health::Circuit;
 use crate::store::{Store, StoreError};
 use crate::systemd::{self, ActivationError};
 use std::path::{Path, PathBuf};
@@ -212,34 +212,29 @@ async fn start_redis(config: &Config) -> Result<(Option<Arc<Store>>, Arc<Circuit
         );
         return Ok((None, Arc::new(Circuit::new(true))));
     }
-    let store = Arc::new(Store::new(&config.redis)?);
+    let circuit = Arc::new(Circuit::new(true));
+    let store = Arc::new(Store::new(&config.redis, Arc::clone(&circuit))?);
     for warning in store.check_secrets()? {
         tracing::warn!("{warning}");
     }
-    store.connect();
+    store.start();
+    // Every primary is probed (scripts loaded) before it takes decisions.
     let deadline = Instant::now() + STARTUP_REDIS_WAIT;
-    let mut result = store.probe_bounded().await;
-    while result.is_err() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        result = store.probe_bounded().await;
+    while circuit.is_open() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let nodes = config.redis.nodes.get_ref().join(",");
-    let circuit = Arc::new(Circuit::new(result.is_err()));
-    if result.is_err() {
+    if circuit.is_open() {
+        circuit.warned_at_start();
         metrics::circuit(true);
-    }
-    match result {
-        Ok(()) => {
-            tracing::info!(mode = ?config.redis.mode, %nodes, "connected to Redis; scripts loaded on every primary")
-        }
-        Err(e) => tracing::warn!(
-            mode = ?config.redis.mode, %nodes, error = %e,
+        tracing::warn!(
+            mode = ?config.redis.mode, %nodes, open_primaries = circuit.open_primaries(),
             cause = store.last_connection_error().unwrap_or_default(),
-            "Redis unreachable at start: serving from local buckets (per on_redis_failure) and probing Redis in the background"
-        ),
+            "Redis unreachable at start (or some of its primaries): deciding their keys locally (per on_redis_failure) and probing in the background"
+        );
+    } else {
+        tracing::info!(mode = ?config.redis.mode, %nodes, "connected to Redis; scripts loaded on every primary");
     }
-    store.trip_on_connection_errors(Arc::clone(&circuit));
-    tokio::spawn(health::run_prober(Arc::clone(&store), Arc::clone(&circuit)));
     Ok((Some(store), circuit))
 }
 

@@ -7,10 +7,10 @@
 //! ```text
 //! CHECK ─ rule? ─ peer allowed? ─ cost ≤ limit? ─┬─ mode none ──────────────► local twin (full limit)
 //!                                                ├─ cached DENY ────────────► cache
-//!                                                ├─ circuit open ───────────► on_redis_failure
+//!                                                ├─ key's primary open ─────► on_redis_failure
 //!                                                ├─ no Redis slot for uid ──► ERR BUSY
 //!                                                └─ EVALSHA within timeout ─┬► redis (DENY → cache)
-//!                                                                           ├► Redis unavailable: trip circuit, on_redis_failure
+//!                                                                           ├► primary unavailable: its breaker counts it, on_redis_failure
 //!                                                                           └► error of this key only: on_redis_failure
 //! ```
 
@@ -62,7 +62,6 @@ pub struct Limiter {
     local: LocalBuckets,
     redis: Option<Arc<Store>>,
     circuit: Arc<Circuit>,
-    timeout: Duration,
     /// Per-key Redis errors are logged through this.
     key_errors: Throttle,
     redis_calls: RedisCalls,
@@ -150,7 +149,6 @@ impl Limiter {
             local: LocalBuckets::new(config.fallback.max_keys),
             redis,
             circuit,
-            timeout: config.redis_timeout(),
             key_errors: Throttle::new(KEY_ERROR_LOG_INTERVAL),
             redis_calls: RedisCalls::default(),
             keys: TagKey::default(),
@@ -228,10 +226,18 @@ impl Limiter {
         if let Some(cached) = self.cache.lookup(key, cost, clock.now_us()) {
             return decided(cached);
         }
-        if self.circuit.is_open() {
+        let redis_key = redis.key(tag, &rule.params);
+        // Only the primary owning this key's slot matters: keys of healthy primaries
+        // keep going to Redis while another primary is down.
+        let primary = redis.route(&redis_key);
+        let bypass = match &primary {
+            Some(p) => self.circuit.is_open() && p.health.is_open(),
+            None => true,
+        };
+        let Some(primary) = primary.filter(|_| !bypass) else {
             let now = clock.now_us();
             return decided(decide_without_redis(&self.local, rule, key, cost, now));
-        }
+        };
         let Some(slot) = peer.redis_slot() else {
             let limits = peer.in_flight_limits();
             return Check::Ready(Err(CheckError::Busy {
@@ -244,7 +250,6 @@ impl Limiter {
         let this = Arc::clone(self);
         let redis = Arc::clone(redis);
         let entry = Arc::clone(entry);
-        let redis_key = redis.key(tag, &rule.params);
         Check::Redis(Box::pin(async move {
             let rule = &entry.rule;
             let asked = Instant::now();
@@ -254,20 +259,23 @@ impl Limiter {
             // slot only when Redis is done with it.
             let mut call = UntilDone::new(
                 {
+                    let (redis, primary) = (Arc::clone(&redis), Arc::clone(&primary));
                     let (key, params) = (redis_key.clone(), rule.params);
                     async move {
-                        let outcome = redis.decide(&key, &params, cost).await;
+                        let outcome = redis.decide(&primary, &key, &params, cost).await;
                         drop(slot);
                         outcome
                     }
                 },
                 SLOT_HELD_AT_MOST,
             );
-            let answer = tokio::time::timeout(this.timeout, &mut call).await;
+            // Bounded by redis.timeout_ms (plus one more when this process was late);
+            // the primary's breaker hears how it went.
+            let answer = redis.bounded(&primary, &mut call).await;
             drop(call);
             this.redis_calls.took(asked.elapsed());
             let decision = match answer {
-                Ok(Ok(o)) => {
+                Ok(o) => {
                     let d = Decision {
                         allowed: o.allowed,
                         limit: rule.limit(),
@@ -287,23 +295,14 @@ impl Limiter {
                     }
                     d
                 }
-                Ok(Err(e @ StoreError::Unavailable { kind, .. })) => {
+                Err(StoreError::Unavailable { kind, .. }) => {
                     this.redis_calls.failed(kind);
-                    this.circuit.trip(&e);
                     decide_without_redis(&this.local, rule, key, cost, wall_clock_us())
                 }
-                Ok(Err(e)) => {
-                    // This key's problem, not Redis's: decide it locally, keep the circuit.
+                Err(e) => {
+                    // This key's problem, not Redis's: decide it locally.
                     this.redis_calls.failed("key");
                     this.log_key_error(&rule.name, redis_key.as_str(), &e);
-                    decide_without_redis(&this.local, rule, key, cost, wall_clock_us())
-                }
-                Err(_) => {
-                    this.redis_calls.failed("timeout");
-                    this.circuit.trip(&format_args!(
-                        "no answer within redis.timeout_ms = {}",
-                        this.timeout.as_millis()
-                    ));
                     decide_without_redis(&this.local, rule, key, cost, wall_clock_us())
                 }
             };

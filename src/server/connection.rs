@@ -174,7 +174,10 @@ pub async fn serve(
             rbuf.reserve(4096);
         }
         let watch_idle = limits.idle_timeout.is_some() && can_read && pending.is_empty();
+        // Biased, in this order: a reply or a read that is ready always wins over the
+        // idle timer, so a busy connection is never closed as idle.
         tokio::select! {
+            biased;
             Some(reply) = pending.next(), if !pending.is_empty() => reply.encode(&mut wbuf),
             read = rd.read_buf(&mut rbuf), if can_read => {
                 if read? == 0 {

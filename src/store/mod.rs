@@ -3,7 +3,9 @@
 //!
 //! * [`redis`]: the Redis client (connection set-up, EVALSHA, probes);
 //! * [`scripts`]: what is sent to Redis per algorithm (script, key, arguments, reply);
-//! * [`health`]: whether Redis may be asked at all (the circuit and its prober).
+//! * [`topology`]: one connection per primary and the slot map;
+//! * [`health`]: whether a primary may be asked (its breaker; the daemon-wide view);
+//! * [`lateness`]: whether this process itself was late (event-loop lag).
 //!
 //! The limiter sees [`Store`], [`StoreKey`] and [`StoreError`] only: it never names the
 //! client library. There is one store today (Redis); a second one would turn [`Store`]
@@ -12,9 +14,11 @@
 pub mod connection_errors;
 pub mod credentials;
 pub mod health;
+pub mod lateness;
 pub mod redis;
 pub mod scripts;
 pub mod tls;
+pub mod topology;
 
 pub use self::redis::RedisStore as Store;
 
