@@ -32,6 +32,8 @@ mod scenario;
 mod degraded;
 mod lost_state;
 mod outages;
+mod partial;
+mod paused;
 
 use checks::*;
 use common::*;

@@ -169,9 +169,23 @@ impl Scenario {
 
     /// Stops the load, checks everything, writes the report, and panics (naming the
     /// scenario) if a check failed.
-    pub(crate) fn finish(mut self, fallback: Fallback, transitions: Transitions, data_losses: u32) {
+    pub(crate) fn finish(self, fallback: Fallback, transitions: Transitions, data_losses: u32) {
+        self.finish_with(fallback, transitions, data_losses, |_, _| String::new());
+    }
+
+    /// [`Scenario::finish`] with a scenario's own checks: `extra` judges the samples
+    /// (pushing failures on the scenario) and returns its figures as JSON, kept in the
+    /// report as `"extra"`.
+    pub(crate) fn finish_with(
+        mut self,
+        fallback: Fallback,
+        transitions: Transitions,
+        data_losses: u32,
+        extra: impl FnOnce(&mut Scenario, &[Sample]) -> String,
+    ) {
         thread::sleep(AFTERMATH);
         let (samples, requests, problems) = self.load.take().expect("load").finish();
+        let extra_json = extra(&mut self, &samples);
         // A circuit opened by a slow call near the end closes on the next probe: let it
         // be logged before reading the logs (the transition checks judge it).
         wait_until(Duration::from_millis(1500), || {
@@ -189,6 +203,14 @@ impl Scenario {
             transitions,
             data_losses,
         );
+        let mut report = report;
+        if !extra_json.is_empty() {
+            if let Some(end) = report.json.rfind('}') {
+                report
+                    .json
+                    .insert_str(end, &format!(",\n\"extra\": {extra_json}\n"));
+            }
+        }
         write_report(self.name, &report);
         eprintln!("{}", report.row);
         if !self.failures.is_empty() {
