@@ -68,11 +68,9 @@ impl Circuit {
     /// Every primary known has answered once: from now on their breakers say what is
     /// open.
     pub fn known(&self) {
-        if self.unknown.swap(false, Ordering::AcqRel) {
-            if self.warned.load(Ordering::Relaxed) {
-                tracing::info!("Redis answers; circuit closed: decisions go to Redis");
-            }
-            crate::metrics::circuit(self.open_primaries() > 0);
+        if self.unknown.swap(false, Ordering::AcqRel) && self.warned.load(Ordering::Relaxed) {
+            tracing::info!("Redis answers; circuit closed: decisions go to Redis");
+            crate::metrics::circuit(false);
         }
     }
 
