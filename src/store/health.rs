@@ -173,7 +173,10 @@ impl PrimaryHealth {
     pub fn close(&self) {
         self.failures.store(0, Ordering::Relaxed);
         if self.open.swap(false, Ordering::AcqRel) {
-            tracing::info!(primary = %self.name, "Redis primary up: its slots go to Redis");
+            // At start-up every primary is probed before use: not a transition.
+            if !self.circuit.unknown.load(Ordering::Relaxed) {
+                tracing::info!(primary = %self.name, "Redis primary up: its slots go to Redis");
+            }
             self.circuit.primary_closed();
         }
     }
