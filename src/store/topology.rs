@@ -169,3 +169,22 @@ pub fn primary(
         retired: AtomicBool::new(false),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_probe_tag_lands_in_the_primary_s_own_slots() {
+        for (first, last) in [(0, 5460), (5461, 10922), (10923, 16383), (700, 700)] {
+            let tag = probe_tag_for("rl", "tb", |s| first <= s && s <= last).expect("a tag");
+            let slot = fred::util::redis_keyslot(format!("rl:{{{tag}}}:tb").as_bytes());
+            assert!((first..=last).contains(&slot), "{tag} -> {slot}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_map_owns_nothing() {
+        assert!(Topology::empty().owner(b"rl:{a:b}:tb").is_none());
+    }
+}
