@@ -30,9 +30,9 @@ use arc_swap::ArcSwap;
 use fred::prelude::*;
 use fred::types::cluster::ClusterRouting;
 use fred::types::config::{CredentialProvider, UnresponsiveConfig};
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::future::Future;
 use std::time::Duration;
 use tokio::sync::Notify;
 
@@ -208,7 +208,13 @@ impl RedisStore {
     }
 
     /// A primary on `client`, named `name`, probed through `probe_tag`.
-    fn primary_on(&self, client: Client, name: String, probe_tag: String, open: bool) -> Arc<Primary> {
+    fn primary_on(
+        &self,
+        client: Client,
+        name: String,
+        probe_tag: String,
+        open: bool,
+    ) -> Arc<Primary> {
         Arc::new(topology::primary(
             client,
             name,
@@ -244,11 +250,7 @@ impl RedisStore {
     /// Server settings for a node learnt from the cluster (TLS name as the seeds').
     fn seed_like(&self, host: &str) -> Server {
         let mut server = Server::new(host, 0);
-        server.tls_server_name = self
-            .tls
-            .as_ref()
-            .and_then(Tls::server_name)
-            .map(Into::into);
+        server.tls_server_name = self.tls.as_ref().and_then(Tls::server_name).map(Into::into);
         server
     }
 
@@ -345,11 +347,7 @@ impl RedisStore {
     /// # Errors
     /// What Redis or the connection reported, a timeout, a redirection (the slot moved:
     /// decided locally, the map is refreshed), or a malformed script reply.
-    pub async fn bounded<F>(
-        &self,
-        primary: &Primary,
-        call: &mut F,
-    ) -> Result<Outcome, StoreError>
+    pub async fn bounded<F>(&self, primary: &Primary, call: &mut F) -> Result<Outcome, StoreError>
     where
         F: Future<Output = Result<Outcome, Error>> + Unpin,
     {
