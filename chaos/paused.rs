@@ -97,7 +97,7 @@ fn s12_paused_daemon() {
         daemons[0].signal(libc::SIGSTOP);
         thread::sleep(pause);
         daemons[0].signal(libc::SIGCONT);
-        pauses.push((ms(at), ms(pause)));
+        pauses.push(format!("[{:.1}, {:.0}]", ms(at), ms(pause)));
     }
     thread::sleep(Duration::from_millis(1500));
     stop.store(true, Ordering::Relaxed);
@@ -135,12 +135,13 @@ fn s12_paused_daemon() {
     let json = format!(
         "{{\"name\": {}, \"passed\": {}, \"requests\": {}, \"t_s\": {t:.3}, \"allowed\": {allowed}, \
          \"allowed_redis\": {}, \"allowed_local\": {}, \"local_hosts\": {local_hosts}, \"bound\": {bound}, \
-         \"pauses_at_ms_for_ms\": {pauses:?}, \"paused_daemon_breaker_trips\": {trips}, \"failures\": [{}]}}\n",
+         \"pauses_at_ms_for_ms\": [{}], \"paused_daemon_breaker_trips\": {trips}, \"failures\": [{}]}}\n",
         json_str(name),
         failures.is_empty(),
         hot.len(),
         by_source("redis"),
         by_source("local"),
+        pauses.join(", "),
         failures.iter().map(|f| json_str(f)).collect::<Vec<_>>().join(", ")
     );
     let row = format!(
