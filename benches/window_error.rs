@@ -136,7 +136,7 @@ fn run(a: &Args) -> [Tally; 4] {
                 },
                 counter: None,
                 counter_admitted: VecDeque::new(),
-                log: VecDeque::new(),
+                log: sliding_window_log::Log::new(),
             }
         })
         .collect();

@@ -1,19 +1,22 @@
 -- Fixed window (CONTRACT §2), the twin of src/algorithm/fixed_window.rs.
 --
 -- KEYS[1]  a hash {w = start of the window, µs since the epoch, c = units admitted in
---          it} named <prefix>:{<rule>:<key>}
+--          it, x = the key's expiry, µs on the node's clock} named <prefix>:{<rule>:<key>}
 -- ARGV[1]  limit, units per window (may be fractional in tests of shared limits)
 -- ARGV[2]  window, µs (a whole number of ms); windows are aligned to the Unix epoch
 -- ARGV[3]  cost, units (integer)
 -- ARGV[4]  optional "now" in µs (tests only): see prelude.lua, prepended to this file.
 -- Returns  {allowed 0|1, remaining (floor), reset_ms, wait_ms}
 --
--- The key expires 1 s after its window ends; a DENY or a cost of 0 writes nothing.
+-- The key expires 1 s after its window ends, counted on the node's own clock (prelude
+-- expiry()); a DENY or a cost of 0 writes nothing, unless the rule in force needs the
+-- count longer than its stored expiry (a reload lengthened the window).
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
-local s = redis.call('HMGET', KEYS[1], 'w', 'c')
+local s = redis.call('HMGET', KEYS[1], 'w', 'c', 'x')
 local st_start, st_count
+local st_x = tonumber(s[3])
 if s[1] and s[2] then
   st_start = tonumber(s[1])
   st_count = tonumber(s[2])
@@ -30,14 +33,22 @@ end
 
 local allowed = count + cost <= limit
 local to_end = ceil_ms(start + window - now)
-if allowed and cost > 0 then
+local write = allowed and cost > 0
+if write then
   count = count + cost
-  redis.call('HSET', KEYS[1], 'w', string.format('%.0f', start), 'c', string.format('%.0f', count))
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', to_end + 1000))
 end
 local reset = 0
 if count > 0 then
   reset = to_end
+end
+local ttl, x = expiry(reset)
+if write then
+  redis.call('HSET', KEYS[1], 'w', string.format('%.0f', start), 'c', string.format('%.0f', count),
+    'x', string.format('%.0f', x))
+  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
+elseif outlives(st_x, reset, x) then
+  redis.call('HSET', KEYS[1], 'x', string.format('%.0f', x))
+  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
 end
 local wait = 0
 if not allowed then

@@ -1,8 +1,8 @@
 -- Leaky bucket as a traffic-shaping meter (CONTRACT §2), the twin of
 -- src/algorithm/leaky_bucket.rs: the same operations on IEEE doubles in the same order.
 --
--- KEYS[1]  the queue: a hash {l = level in micro-units, ts = µs on the Redis clock}
---          named <prefix>:{<rule>:<key>}
+-- KEYS[1]  the queue: a hash {l = level in micro-units, ts = µs on the Redis clock,
+--          x = the key's expiry, µs on the node's clock} named <prefix>:{<rule>:<key>}
 -- ARGV[1]  capacity (queue size), micro-units (integer; capacity × 1e6)
 -- ARGV[2]  leak rate, units/s (= micro-units/µs), > 0
 -- ARGV[3]  cost, micro-units (integer)
@@ -12,12 +12,15 @@
 -- A new or expired key is empty. On ALLOW, wait_ms = level before the request ÷ leak
 -- rate (ceil): the caller waits that long, so admitted work runs at the leak rate. On
 -- DENY, wait_ms = first whole ms with room for `cost`. The key expires 1 s after the
--- queue would be empty; a DENY or a cost of 0 writes nothing.
+-- queue would be empty, counted on the node's own clock (prelude expiry()); a DENY or a
+-- cost of 0 writes nothing, unless the rule in force needs the state longer than its
+-- stored expiry (a reload slowed the leak).
 local cap = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 local st_level, st_ts
-local s = redis.call('HMGET', KEYS[1], 'l', 'ts')
+local s = redis.call('HMGET', KEYS[1], 'l', 'ts', 'x')
+local st_x = tonumber(s[3])
 if s[1] and s[2] then
   st_level = tonumber(s[1])
   st_ts = tonumber(s[2])
@@ -60,8 +63,13 @@ if not allowed then
   end
 end
 
+local ttl, x = expiry(reset)
 if allowed and cost > 0 then
-  redis.call('HSET', KEYS[1], 'l', string.format('%.0f', level), 'ts', string.format('%.0f', now))
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', reset + 1000))
+  redis.call('HSET', KEYS[1], 'l', string.format('%.0f', level), 'ts', string.format('%.0f', now),
+    'x', string.format('%.0f', x))
+  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
+elseif outlives(st_x, reset, x) then
+  redis.call('HSET', KEYS[1], 'x', string.format('%.0f', x))
+  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
 end
 return {allowed and 1 or 0, math.max(math.floor((cap - level) / 1000000), 0), reset, wait}

@@ -10,6 +10,10 @@ else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+-- The node's own clock. `now` may later be moved ahead of it (a clock behind the
+-- stored state, e.g. after a failover to a node whose clock is late, counts as
+-- standing still); PEXPIRE counts from `clock`, never from `now`.
+local clock = now
 
 -- µs to whole ms, rounded up (src/algorithm/mod.rs ceil_ms).
 local function ceil_ms(us)
@@ -61,4 +65,22 @@ local function settle(guess, lo, ok)
     end
   end
   return good
+end
+
+-- How long KEYS[1] must live, for a state fully unused `reset_ms` after `now`: counted
+-- from the node's own clock (`now - clock` is what a clamp added), plus a 1 s margin.
+-- Returns the TTL in ms and the expiry it sets, µs on the node's clock (stored with
+-- the state as `x`).
+local function expiry(reset_ms)
+  local ms = ceil_ms(now - clock) + reset_ms + 1000
+  return ms, clock + ms * 1000
+end
+
+-- True when a decision that writes nothing must still lengthen the key's life: the
+-- rule in force (a reload may have lengthened it) needs the state until `x`, more
+-- than 1 s (the margin) after the expiry stored with it (`stored`, nil on keys written
+-- before expiries were stored). Within the margin the stored expiry still outlives
+-- the state, so a DENY writes nothing.
+local function outlives(stored, reset_ms, x)
+  return reset_ms > 0 and (stored == nil or x > stored + 1000000)
 end

@@ -1,8 +1,8 @@
 -- Token bucket (CONTRACT §2), the twin of src/algorithm/token_bucket.rs: the same
 -- operations on IEEE doubles in the same order, so both give the same fields.
 --
--- KEYS[1]  the bucket: a hash {t = tokens in micro-tokens, ts = µs on the Redis clock}
---          named <prefix>:{<rule>:<key>} (the hash tag keeps it in one slot)
+-- KEYS[1]  the bucket: a hash {t = tokens in micro-tokens, ts = µs on the Redis clock,
+--          x = the key's expiry, µs on the node's clock} named <prefix>:{<rule>:<key>} (the hash tag keeps it in one slot)
 -- ARGV[1]  capacity, micro-tokens (integer; capacity × 1e6)
 -- ARGV[2]  refill rate, tokens/s (= micro-tokens/µs), > 0
 -- ARGV[3]  cost, micro-tokens (integer)
@@ -10,7 +10,9 @@
 -- Returns  {allowed 0|1, remaining tokens (floor), reset_ms, wait_ms}
 --
 -- A new or expired key is full. The key expires 1 s after it would be full again, when
--- it is indistinguishable from a missing one; a DENY or a cost of 0 writes nothing.
+-- it is indistinguishable from a missing one, counted on the node's own clock (prelude
+-- expiry()); a DENY or a cost of 0 writes nothing, unless the rule in force needs the
+-- state longer than its stored expiry (a reload slowed the refill).
 -- reset_ms / wait_ms are the first whole ms at which the stored bucket is full / holds
 -- `cost`: a closed form, checked against the refill rule by settle() (as in Rust).
 -- Numbers passed to redis.call are formatted with %.0f: Redis would print large ones
@@ -19,7 +21,8 @@ local cap = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 local st_tokens, st_ts
-local s = redis.call('HMGET', KEYS[1], 't', 'ts')
+local s = redis.call('HMGET', KEYS[1], 't', 'ts', 'x')
+local st_x = tonumber(s[3])
 if s[1] and s[2] then
   st_tokens = tonumber(s[1])
   st_ts = tonumber(s[2])
@@ -59,8 +62,13 @@ if not allowed then
   end
 end
 
+local ttl, x = expiry(reset)
 if allowed and cost > 0 then
-  redis.call('HSET', KEYS[1], 't', string.format('%.0f', tokens), 'ts', string.format('%.0f', now))
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', reset + 1000))
+  redis.call('HSET', KEYS[1], 't', string.format('%.0f', tokens), 'ts', string.format('%.0f', now),
+    'x', string.format('%.0f', x))
+  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
+elseif outlives(st_x, reset, x) then
+  redis.call('HSET', KEYS[1], 'x', string.format('%.0f', x))
+  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
 end
 return {allowed and 1 or 0, math.floor(tokens / 1000000), reset, wait}

@@ -8,7 +8,7 @@
 //! * `allow`: ALLOW (source `fail_open`);
 //! * `deny`: DENY (source `fail_closed`).
 
-use crate::algorithm::{Params, State};
+use crate::algorithm::{Outcome, Params, State};
 use crate::config::{OnRedisFailure, Rule};
 use crate::decision::{Decision, Source};
 use crate::key::Hasher;
@@ -36,9 +36,9 @@ impl LocalBuckets {
     }
 
     /// Decides `cost` units for `key` (the [`crate::key::TagKey`] of `"<rule>:<key>"`)
-    /// at `now_us`, the host's wall clock (µs since the
-    /// epoch, so windows align as in Redis; a clock stepping back counts as standing
-    /// still). `limit` is the rule's capacity/limit, reported as is (docs/PROTOCOL.md), even
+    /// at `now_us`, the local clock ([`crate::clock::local_clock_us`]: µs since the
+    /// epoch, so windows align as in Redis, and monotonic, so a wall-clock step neither
+    /// refills nor freezes a bucket). `limit` is the rule's capacity/limit, reported as is (docs/PROTOCOL.md), even
     /// when `params` is a share of it.
     pub fn decide(
         &self,
@@ -71,6 +71,24 @@ impl LocalBuckets {
         }
     }
 
+    /// Remembers what Redis just decided for `key` under `rule` (`outcome`, at `now_us`
+    /// on the local clock) as the key's local state: should Redis go away, the key's
+    /// local bucket starts from there (its share of what Redis left), not full, so a
+    /// drained key stays drained.
+    pub fn observe(&self, key: u128, rule: &Rule, outcome: &Outcome, now_us: f64) {
+        let unused = outcome.remaining as f64 / rule.limit().max(1) as f64;
+        let reset_us = outcome.reset_ms as f64 * 1000.0;
+        let state = rule.fallback_params.seed(unused, reset_us, now_us);
+        match self.buckets.get(&key) {
+            Some(bucket) => {
+                *bucket
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(state);
+            }
+            None => self.buckets.insert(key, Arc::new(Mutex::new(Some(state)))),
+        }
+    }
+
     /// Keys currently held, for logs and metrics (runs moka's pending maintenance first
     /// so the count is current: not for the hot path).
     pub fn len(&self) -> u64 {
@@ -85,7 +103,7 @@ impl LocalBuckets {
 }
 
 /// The decision for a request Redis could not decide, per `rule.on_redis_failure`, at
-/// `now_us` (wall clock, µs).
+/// `now_us` (the local clock, µs).
 pub fn decide_without_redis(
     local: &LocalBuckets,
     rule: &Rule,
@@ -161,6 +179,68 @@ mod tests {
         let d = decide_without_redis(&local, &r, 8, 1, 1.7e15);
         assert!(!d.allowed);
         assert_eq!(d.wait_ms, FAIL_CLOSED_RETRY_MS);
+    }
+
+    #[test]
+    fn a_local_bucket_starts_from_what_redis_last_reported() {
+        let local = LocalBuckets::new(100);
+        let r = rule(OnRedisFailure::Local, 2);
+        // Redis drained the key (0 of 20 left, full again in 20,000 s): with Redis gone,
+        // this host's share (10) starts drained too, not full.
+        let drained = Outcome {
+            allowed: false,
+            remaining: 0,
+            reset_ms: 20_000_000,
+            wait_ms: 1000,
+        };
+        local.observe(7, &r, &drained, 1.0e15);
+        assert!(!decide_without_redis(&local, &r, 7, 1, 1.0e15 + 1000.0).allowed);
+        // 8 of 20 left in Redis: 4 of this host's 10.
+        let half = Outcome {
+            remaining: 8,
+            ..drained
+        };
+        local.observe(8, &r, &half, 1.0e15);
+        let allowed = (0..10)
+            .filter(|_| decide_without_redis(&local, &r, 8, 1, 1.0e15).allowed)
+            .count();
+        assert_eq!(allowed, 4);
+        // A key Redis never decided starts with the whole share.
+        let allowed = (0..20)
+            .filter(|_| decide_without_redis(&local, &r, 9, 1, 1.0e15).allowed)
+            .count();
+        assert_eq!(allowed, 10);
+    }
+
+    #[test]
+    fn every_algorithm_seeds_a_drained_key_drained() {
+        for kind in Kind::ALL {
+            let per = match kind.spec().family {
+                crate::algorithm::Family::Bucket { .. } => Per::Rate(0.01),
+                crate::algorithm::Family::Window { .. } => Per::WindowMs(60_000),
+            };
+            let r = Rule::new(
+                "s".into(),
+                Algorithm {
+                    kind: *kind,
+                    limit: 10,
+                    per,
+                },
+                OnRedisFailure::Local,
+                1,
+            );
+            let local = LocalBuckets::new(10);
+            let now = 1.7e15;
+            let drained = Outcome {
+                allowed: false,
+                remaining: 0,
+                reset_ms: 60_000,
+                wait_ms: 60_000,
+            };
+            local.observe(1, &r, &drained, now);
+            let d = decide_without_redis(&local, &r, 1, 1, now + 1000.0);
+            assert!(!d.allowed, "{kind:?}: {d:?}");
+        }
     }
 
     #[test]

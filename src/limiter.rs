@@ -16,8 +16,8 @@
 
 use crate::admission::{Peer, UntilDone};
 use crate::cache::DenyCache;
-use crate::clock::{wall_clock_us, BatchClock};
-use crate::config::{Config, Rule};
+use crate::clock::{local_clock_us, BatchClock};
+use crate::config::{Config, OnRedisFailure, Rule};
 use crate::decision::{Decision, Source};
 use crate::fallback::{decide_without_redis, LocalBuckets};
 use crate::key::{tag_in, TagKey, TAG_MAX};
@@ -253,7 +253,7 @@ impl Limiter {
         Check::Redis(Box::pin(async move {
             let rule = &entry.rule;
             let asked = Instant::now();
-            let asked_us = wall_clock_us();
+            let asked_us = local_clock_us();
             // The call owns what it needs and the slot: if the reply goes out on the
             // timeout, or the client goes away, it finishes on its own and frees the
             // slot only when Redis is done with it.
@@ -293,17 +293,20 @@ impl Limiter {
                     {
                         this.cache.remember(key, cost, &d, asked_us);
                     }
+                    if rule.on_redis_failure == OnRedisFailure::Local {
+                        this.local.observe(key, rule, &o, local_clock_us());
+                    }
                     d
                 }
                 Err(StoreError::Unavailable { kind, .. }) => {
                     this.redis_calls.failed(kind);
-                    decide_without_redis(&this.local, rule, key, cost, wall_clock_us())
+                    decide_without_redis(&this.local, rule, key, cost, local_clock_us())
                 }
                 Err(e) => {
                     // This key's problem, not Redis's: decide it locally.
                     this.redis_calls.failed("key");
                     this.log_key_error(&rule.name, redis_key.as_str(), &e);
-                    decide_without_redis(&this.local, rule, key, cost, wall_clock_us())
+                    decide_without_redis(&this.local, rule, key, cost, local_clock_us())
                 }
             };
             entry.counters.record(&decision);

@@ -27,6 +27,16 @@ pub struct State {
     pub count: f64,
 }
 
+/// The state of a window of which `unused` (0..=1) of the limit is left at `now` µs:
+/// what Redis last reported for a key (`remaining ÷ limit`), carried over to a local
+/// window (the count ends with the local window holding `now`).
+pub fn seed(p: &WindowParams, unused: f64, _reset_us: f64, now: f64) -> State {
+    State {
+        start: window_start(now, p.window),
+        count: p.limit * (1.0 - unused.clamp(0.0, 1.0)),
+    }
+}
+
 /// Start of the epoch-aligned window holding `now` (`fmod` is exact in doubles).
 pub fn window_start(now: f64, window: f64) -> f64 {
     now - now % window

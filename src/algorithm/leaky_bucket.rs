@@ -45,6 +45,15 @@ pub struct State {
     pub ts: f64,
 }
 
+/// The state of a queue with room for `unused` (0..=1) of its capacity at `now` µs: what
+/// Redis last reported for a key (`remaining ÷ capacity`), carried over to a local queue.
+pub fn seed(p: &Params, unused: f64, _reset_us: f64, now: f64) -> State {
+    State {
+        level: p.capacity - (p.capacity * unused.clamp(0.0, 1.0)).floor(),
+        ts: now,
+    }
+}
+
 /// The level (µ-units) of the queue stored as `state` at `now` µs.
 fn level_at(state: Option<State>, now: f64, p: &Params) -> f64 {
     match state {

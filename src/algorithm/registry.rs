@@ -3,8 +3,9 @@
 //! Each line names an algorithm's variant and its module; the macro derives from it the
 //! [`Kind`] (what a rule names), the [`Params`] and [`State`] enums and their dispatch.
 //! Every module in the table provides the same items: `SPEC` (a [`Spec`]), `Params`
-//! (implementing [`Shape`]), `State`, and `decide_in(&mut Option<State>, now, &Params,
-//! cost) -> Outcome`.
+//! (implementing [`Shape`]), `State`, `decide_in(&mut Option<State>, now, &Params,
+//! cost) -> Outcome`, and `seed(&Params, unused, reset_us, now) -> State` (a local state
+//! from what Redis last reported for a key).
 
 use super::{
     fixed_window, leaky_bucket, sliding_window_counter, sliding_window_log, token_bucket, Outcome,
@@ -79,6 +80,16 @@ macro_rules! algorithms {
             pub fn script_args(&self, cost: u32) -> [super::Arg; 3] {
                 match self {
                     $(Params::$variant(p) => p.script_args(cost),)+
+                }
+            }
+
+            /// The state of a key of which `unused` (0..=1) of the limit is left at
+            /// `now` µs and that is fully unused `reset_us` later, under these
+            /// parameters: what Redis last reported for a key, carried over to a local
+            /// decision.
+            pub fn seed(&self, unused: f64, reset_us: f64, now: f64) -> State {
+                match self {
+                    $(Params::$variant(p) => State::$variant($module::seed(p, unused, reset_us, now)),)+
                 }
             }
 

@@ -59,6 +59,17 @@ fn estimate_at(state: Option<State>, now: f64, window: f64) -> f64 {
     estimate(c, p, now - start, window)
 }
 
+/// The state of a key of which `unused` (0..=1) of the limit is left at `now` µs: what
+/// Redis last reported (`remaining ÷ limit`), carried over to a local counter as the
+/// current window's count (it then weighs on the next window, as Redis's would).
+pub fn seed(p: &WindowParams, unused: f64, _reset_us: f64, now: f64) -> State {
+    State {
+        start: window_start(now, p.window),
+        current: p.limit * (1.0 - unused.clamp(0.0, 1.0)),
+        previous: 0.0,
+    }
+}
+
 /// Decides `cost` units at `now` µs. Returns the outcome and the state to store (`None`
 /// when nothing changed), as the Lua twin does.
 pub fn decide(

@@ -22,8 +22,48 @@ pub type Params = WindowParams;
 
 use std::collections::VecDeque;
 
-/// The admissions still inside the window: `(µs, units)`, oldest first, one per instant.
-pub type Log = VecDeque<(f64, f64)>;
+/// One admission instant: `ts` µs, the `units` admitted then, and `cum`, the running
+/// total of units admitted up to and including it (the Lua twin's member
+/// `"<µs>:<cum>:<x>:<units>"`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Entry {
+    /// When, µs.
+    pub ts: f64,
+    /// Units admitted at `ts`.
+    pub units: f64,
+    /// Units admitted up to and including this entry (since the log was last empty).
+    pub cum: f64,
+}
+
+/// The admissions still inside the window, oldest first, one per instant. The units in
+/// the window are the newest entry's running total minus the one before the oldest live
+/// entry, so a decision costs O(log n) (binary searches), not O(n).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Log {
+    entries: VecDeque<Entry>,
+}
+
+impl Log {
+    /// An empty log.
+    pub fn new() -> Self {
+        Log::default()
+    }
+
+    /// Entries held (at most `limit`).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when nothing is logged.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entries, oldest first.
+    pub fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.iter()
+    }
+}
 
 /// How a decision changes a [`Log`]: drop expired entries, then log an admission.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -38,11 +78,23 @@ pub struct Change {
 impl Change {
     /// Applies the change to `log` (what the Lua twin does with ZREMRANGEBYSCORE/ZADD).
     pub fn apply(&self, log: &mut Log) {
-        log.drain(..self.expired.min(log.len()));
+        let entries = &mut log.entries;
+        entries.drain(..self.expired.min(entries.len()));
         if let Some((ts, units)) = self.admit {
-            match log.back_mut() {
-                Some(last) if last.0 == ts => last.1 += units,
-                _ => log.push_back((ts, units)),
+            match entries.back_mut() {
+                Some(last) if last.ts == ts => {
+                    last.units += units;
+                    last.cum += units;
+                }
+                Some(last) => {
+                    let cum = last.cum + units;
+                    entries.push_back(Entry { ts, units, cum });
+                }
+                None => entries.push_back(Entry {
+                    ts,
+                    units,
+                    cum: units,
+                }),
             }
         }
     }
@@ -52,37 +104,56 @@ impl Change {
 /// outcome and the change to apply.
 pub fn decide(log: &Log, now: f64, p: &WindowParams, cost: u64) -> (Outcome, Change) {
     let cost = cost as f64;
-    let now = log.back().map_or(now, |&(ts, _)| now.max(ts));
+    let entries = &log.entries;
+    let now = entries.back().map_or(now, |e| now.max(e.ts));
     let cutoff = now - p.window;
-    let expired = log.iter().take_while(|&&(ts, _)| ts <= cutoff).count();
-    let live = || log.iter().skip(expired);
-    let used: f64 = live().map(|&(_, units)| units).sum();
+    let expired = entries.partition_point(|e| e.ts <= cutoff);
+    let live = entries.range(expired..);
+    // Units in the window: running totals, newest minus the one before the oldest live.
+    let base = entries.get(expired).map_or(0.0, |e| e.cum - e.units);
+    let newest = live.clone().next_back().copied();
+    let used = newest.map_or(0.0, |e| e.cum - base);
     let allowed = used + cost <= p.limit;
     let admit = (allowed && cost > 0.0).then_some((now, cost));
     let used_after = if admit.is_some() { used + cost } else { used };
     let newest = if admit.is_some() {
         Some(now)
     } else {
-        live().last().map(|&(ts, _)| ts)
+        newest.map(|e| e.ts)
     };
     // Each entry leaves the window exactly `window` µs after it was logged.
     let reset = newest.map_or(0.0, |ts| ceil_ms(ts + p.window - now));
     let wait = super::wait(allowed, cost > p.limit, reset, || {
-        // The oldest entries leave first: wait for enough of them to free `cost`.
+        // The oldest entries leave first: the first whose running total since `base`
+        // frees `cost` (the newest always does when cost <= limit).
         let need = used + cost - p.limit;
-        let mut freed = 0.0;
-        let mut wait = reset.max(1.0);
-        for &(ts, units) in live() {
-            freed += units;
-            if freed >= need {
-                wait = ceil_ms(ts + p.window - now);
-                break;
-            }
-        }
-        wait
+        // Running totals grow with age order, and expired ones are below `base`.
+        let first = entries.partition_point(|e| e.cum - base < need);
+        entries
+            .get(first)
+            .map_or(reset.max(1.0), |e| ceil_ms(e.ts + p.window - now))
     });
     let outcome = Outcome::new(allowed, p.limit - used_after, reset, wait);
     (outcome, Change { expired, admit })
+}
+
+/// The log of a key of which `unused` (0..=1) of the limit is left at `now` µs and that
+/// is fully unused `reset_us` later: what Redis last reported (`remaining ÷ limit`,
+/// `reset_ms`), carried over to a local log as one entry holding every used unit, logged
+/// when Redis's newest entry was (so all of them leave the window when that one does:
+/// never sooner than in Redis).
+pub fn seed(p: &WindowParams, unused: f64, reset_us: f64, now: f64) -> State {
+    let units = p.limit * (1.0 - unused.clamp(0.0, 1.0));
+    let mut log = Log::new();
+    if units > 0.0 {
+        let ts = (now + reset_us - p.window).min(now);
+        log.entries.push_back(Entry {
+            ts,
+            units,
+            cum: units,
+        });
+    }
+    log
 }
 
 /// What a key remembers: its [`Log`].
@@ -136,6 +207,14 @@ mod tests {
         for _ in 0..4 {
             assert!(run(&mut log, 7.0, &p, 2).allowed);
         }
-        assert_eq!(log, Log::from([(7.0, 8.0)]));
+        let entries: Vec<Entry> = log.entries().copied().collect();
+        assert_eq!(
+            entries,
+            [Entry {
+                ts: 7.0,
+                units: 8.0,
+                cum: 8.0
+            }]
+        );
     }
 }

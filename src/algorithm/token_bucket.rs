@@ -51,6 +51,15 @@ pub struct State {
     pub ts: f64,
 }
 
+/// The state of a bucket of which `unused` (0..=1) is left at `now` µs: what Redis last
+/// reported for a key (`remaining ÷ capacity`), carried over to a local bucket.
+pub fn seed(p: &Params, unused: f64, _reset_us: f64, now: f64) -> State {
+    State {
+        tokens: (p.capacity * unused.clamp(0.0, 1.0)).floor(),
+        ts: now,
+    }
+}
+
 /// Tokens (µtok) in the bucket stored as `state` at `now` µs.
 fn tokens_at(state: Option<State>, now: f64, p: &Params) -> f64 {
     match state {
