@@ -9,6 +9,7 @@ use crate::limiter::Limiter;
 use crate::metrics;
 use crate::server::{self, BindError, ConnectionLimits};
 use crate::store::health::Circuit;
+use crate::store::hosts::{Heartbeat, HEARTBEAT_EVERY};
 use crate::store::{Store, StoreError};
 use crate::systemd::{self, ActivationError};
 use std::path::{Path, PathBuf};
@@ -79,6 +80,7 @@ async fn serve(config_path: PathBuf, config: Config) -> Result<(), StartError> {
     let (redis, circuit) = start_redis(&config).await?;
     let store = redis.clone();
     let limiter = Arc::new(Limiter::new(&config, redis, Arc::clone(&circuit)));
+    let heartbeat = start_heartbeat(&config, store.as_ref(), &circuit, &limiter).await;
     let sampler = config.metrics.listen.map(|_| {
         let limiter = Arc::clone(&limiter);
         tokio::spawn(metrics::sample_sizes(move || limiter.sizes()))
@@ -151,6 +153,9 @@ async fn serve(config_path: PathBuf, config: Config) -> Result<(), StartError> {
     if let Some(sampler) = sampler {
         sampler.abort();
     }
+    if let Some(heartbeat) = heartbeat {
+        heartbeat.abort();
+    }
     // A socket passed by systemd is systemd's: it stays, listening for the next start.
     if !is_activated {
         match server::socket::remove_if_ours(&socket, bound) {
@@ -184,6 +189,75 @@ fn raise_nofile(config: &Config) {
         Err(e) => tracing::warn!(error = %e, "could not raise RLIMIT_NOFILE to its hard limit"),
     }
 }
+
+/// With `fallback.hosts = "auto"` on some rule: beats once (bounded) so the share is
+/// known before serving, says at start-up which share is in force, and keeps beating
+/// every [`HEARTBEAT_EVERY`] while the circuit is closed (the count last seen stays in
+/// force through an outage). With a fixed number only, says which.
+async fn start_heartbeat(
+    config: &Config,
+    redis: Option<&Arc<Store>>,
+    circuit: &Arc<Circuit>,
+    limiter: &Arc<Limiter>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let redis = redis?;
+    let auto = config.rules.values().any(|r| r.fallback_auto);
+    if !auto {
+        tracing::info!(
+            hosts = %config.fallback.hosts,
+            "fallback.hosts is a fixed number: with Redis unreachable each daemon enforces limit ÷ hosts (rules' own fallback_hosts apply to them)"
+        );
+        return None;
+    }
+    let beat = Heartbeat::new(&config.redis.prefix);
+    let first = if circuit.is_open() {
+        None
+    } else {
+        tokio::time::timeout(HEARTBEAT_TIMEOUT, redis.heartbeat(&beat))
+            .await
+            .ok()
+            .and_then(Result::ok)
+    };
+    match first {
+        Some(n) => {
+            limiter.set_live_hosts(n);
+            tracing::info!(
+                hosts = n, id = beat.id(),
+                "fallback.hosts = \"auto\": {n} daemon(s) alive in Redis; with Redis unreachable each enforces limit ÷ {n} (the count last seen stays in force through an outage; never below 1)"
+            );
+        }
+        None => tracing::warn!(
+            id = beat.id(),
+            "fallback.hosts = \"auto\": no heartbeat answered yet, so with Redis unreachable this daemon enforces limit ÷ 1 (the floor) until one does"
+        ),
+    }
+    let (redis, circuit, limiter) = (Arc::clone(redis), Arc::clone(circuit), Arc::clone(limiter));
+    Some(tokio::spawn(async move {
+        let mut every = tokio::time::interval(HEARTBEAT_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            if circuit.is_open() {
+                continue;
+            }
+            let Ok(Ok(n)) = tokio::time::timeout(HEARTBEAT_TIMEOUT, redis.heartbeat(&beat)).await
+            else {
+                continue;
+            };
+            let before = limiter.set_live_hosts(n);
+            if before != n {
+                tracing::info!(
+                    hosts = n,
+                    before,
+                    "daemons alive in Redis: {before} -> {n}; with Redis unreachable each enforces limit ÷ {n}"
+                );
+            }
+        }
+    }))
+}
+
+/// A heartbeat waits at most this long for Redis.
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Warns about rules whose local share is below one unit: with Redis unreachable they
 /// deny everything.

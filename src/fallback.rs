@@ -13,15 +13,36 @@ use crate::config::{OnRedisFailure, Rule};
 use crate::decision::{Decision, Source};
 use crate::key::Hasher;
 use moka::sync::Cache;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// `wait_ms`/`reset_ms` of a `fail_closed` DENY: about when the circuit is probed again.
 pub const FAIL_CLOSED_RETRY_MS: u64 = 1000;
 
+/// The daemons sharing the limits as last seen in Redis (`fallback.hosts = "auto"`):
+/// set by the heartbeat, kept through an outage. At least 1 (this daemon); 1 until the
+/// first heartbeat answers.
+#[derive(Debug, Default)]
+pub struct LiveHosts(AtomicU32);
+
+impl LiveHosts {
+    /// The count in force (at least 1).
+    pub fn get(&self) -> u32 {
+        self.0.load(Ordering::Relaxed).max(1)
+    }
+
+    /// Records `n` daemons alive; returns the count seen before (0: none yet).
+    pub fn set(&self, n: u32) -> u32 {
+        self.0.swap(n, Ordering::Relaxed)
+    }
+}
+
 /// Per-key algorithm states kept in this process ("local buckets", whatever the
 /// algorithm), keyed by `"<rule>:<key>"`, bounded in number.
 pub struct LocalBuckets {
     buckets: Cache<u128, Arc<Mutex<Option<State>>>, Hasher>,
+    /// The hosts sharing the limits of rules with `fallback.hosts = "auto"`.
+    pub hosts: LiveHosts,
 }
 
 impl LocalBuckets {
@@ -32,6 +53,17 @@ impl LocalBuckets {
             buckets: Cache::builder()
                 .max_capacity(max_keys)
                 .build_with_hasher(Hasher::default()),
+            hosts: LiveHosts::default(),
+        }
+    }
+
+    /// The parameters of `rule`'s local share: `limit ÷ fallback_hosts`, or for `auto`
+    /// `limit ÷` the daemons alive as last seen.
+    pub fn share(&self, rule: &Rule) -> Params {
+        if rule.fallback_auto {
+            rule.algorithm.params(self.hosts.get())
+        } else {
+            rule.fallback_params
         }
     }
 
@@ -78,7 +110,7 @@ impl LocalBuckets {
     pub fn observe(&self, key: u128, rule: &Rule, outcome: &Outcome, now_us: f64) {
         let unused = outcome.remaining as f64 / rule.limit().max(1) as f64;
         let reset_us = outcome.reset_ms as f64 * 1000.0;
-        let state = rule.fallback_params.seed(unused, reset_us, now_us);
+        let state = self.share(rule).seed(unused, reset_us, now_us);
         match self.buckets.get(&key) {
             Some(bucket) => {
                 *bucket
@@ -113,7 +145,7 @@ pub fn decide_without_redis(
 ) -> Decision {
     let limit = rule.limit();
     match rule.on_redis_failure {
-        OnRedisFailure::Local => local.decide(key, limit, &rule.fallback_params, cost, now_us),
+        OnRedisFailure::Local => local.decide(key, limit, &local.share(rule), cost, now_us),
         OnRedisFailure::Allow => Decision {
             allowed: true,
             limit,
@@ -241,6 +273,22 @@ mod tests {
             let d = decide_without_redis(&local, &r, 1, 1, now + 1000.0);
             assert!(!d.allowed, "{kind:?}: {d:?}");
         }
+    }
+
+    #[test]
+    fn auto_hosts_share_by_the_daemons_last_seen() {
+        let local = LocalBuckets::new(100);
+        let mut r = rule(OnRedisFailure::Local, 1);
+        r.fallback_auto = true;
+        // No heartbeat yet: the floor, 1 host, the whole capacity.
+        assert_eq!(local.share(&r), r.algorithm.params(1));
+        assert_eq!(local.hosts.set(4), 0);
+        let allowed = (0..20)
+            .filter(|_| decide_without_redis(&local, &r, 7, 1, 0.0).allowed)
+            .count();
+        assert_eq!(allowed, 5);
+        local.hosts.set(0);
+        assert_eq!(local.hosts.get(), 1);
     }
 
     #[test]

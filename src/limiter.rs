@@ -162,6 +162,12 @@ impl Limiter {
         self.cache.clear();
     }
 
+    /// Records the daemons alive in Redis (`fallback.hosts = "auto"`); returns the count
+    /// seen before (0: none yet).
+    pub fn set_live_hosts(&self, n: u32) -> u32 {
+        self.local.hosts.set(n)
+    }
+
     /// Entries in the deny cache and keys with local state (approximate).
     pub fn sizes(&self) -> (u64, u64) {
         (self.cache.len(), self.local.len())

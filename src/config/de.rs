@@ -8,6 +8,8 @@
 use serde::{de, Deserialize, Deserializer};
 use std::fmt;
 
+use super::settings::Hosts;
+
 /// 1-based line number of byte `offset` in `text`.
 pub(super) fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())]
@@ -134,8 +136,24 @@ pub(super) fn de_ttl<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     ranged(d, "cache.ttl_ms", 0, 3_600_000)
 }
 
-pub(super) fn de_hosts<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-    ranged(d, "fallback.hosts", 1, 10_000).map(|v| v as u32)
+pub(super) fn de_hosts<'de, D: Deserializer<'de>>(d: D) -> Result<Hosts, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Number(i64),
+        Text(String),
+    }
+    let invalid = |got: &dyn fmt::Display| {
+        de::Error::custom(format!(
+            "fallback.hosts must be \"auto\" or an integer from 1 to 10000 (got {got})"
+        ))
+    };
+    match Raw::deserialize(d)? {
+        Raw::Text(t) if t == "auto" => Ok(Hosts::Auto),
+        Raw::Text(t) => Err(invalid(&format_args!("{t:?}"))),
+        Raw::Number(n) if (1..=10_000).contains(&n) => Ok(Hosts::Fixed(n as u32)),
+        Raw::Number(n) => Err(invalid(&n)),
+    }
 }
 
 pub(super) fn de_max_keys<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {

@@ -15,7 +15,8 @@ pub mod settings;
 pub use crate::algorithm::Algorithm;
 pub use rules::{OnRedisFailure, Rule};
 pub use settings::{
-    parse_node, CacheConfig, FallbackConfig, MetricsConfig, RedisConfig, RedisMode, ServerConfig,
+    parse_node, CacheConfig, FallbackConfig, Hosts, MetricsConfig, RedisConfig, RedisMode,
+    ServerConfig,
 };
 
 use serde::Deserialize;

@@ -4,6 +4,7 @@
 //! Which parameters an algorithm takes and their bounds come from the algorithm table
 //! (`crate::algorithm::Kind::spec`): a new algorithm needs nothing here.
 
+use super::settings::Hosts;
 use super::{ConfigError, Locator};
 use crate::admission::PeerAccess;
 use crate::algorithm::{self, Algorithm, Family, Kind, Per, MAX_LIMIT, MAX_WINDOW_MS};
@@ -51,8 +52,12 @@ pub struct Rule {
     pub algorithm: Algorithm,
     /// What to do when Redis cannot decide.
     pub on_redis_failure: OnRedisFailure,
-    /// Hosts sharing the limit when falling back to local buckets.
+    /// Hosts sharing the limit when falling back to local buckets (for `auto`, its floor:
+    /// the count in force is the live one, [`crate::fallback::LiveHosts`]).
     pub fallback_hosts: u32,
+    /// `fallback_hosts` is `[fallback] hosts = "auto"`: the share follows the daemons
+    /// alive in Redis as last seen.
+    pub fallback_auto: bool,
     /// Parameters of the shared decision (Redis, or `mode = "none"`): the whole limit.
     pub params: algorithm::Params,
     /// Parameters of a local fallback decision: the share of one of `fallback_hosts`.
@@ -77,6 +82,7 @@ impl Rule {
             algorithm,
             on_redis_failure,
             fallback_hosts,
+            fallback_auto: false,
             params: algorithm.params(1),
             fallback_params: algorithm.params(fallback_hosts),
             window_ms: algorithm.window_ms(),
@@ -101,7 +107,7 @@ impl RawRule {
         &self,
         index: usize,
         span: Range<usize>,
-        hosts: u32,
+        hosts: Hosts,
         at: &Locator,
     ) -> Result<Rule, ConfigError> {
         let field = |name: &str| format!("rule[{index}].{name}");
@@ -127,15 +133,16 @@ impl RawRule {
                     "must be an integer from 1 to 10000",
                 ))
             }
-            Some(h) => *h.get_ref(),
+            Some(h) => Hosts::Fixed(*h.get_ref()),
             None => hosts,
         };
         let mut rule = Rule::new(
             name.clone(),
             algorithm,
             self.on_redis_failure,
-            fallback_hosts,
+            fallback_hosts.floor(),
         );
+        rule.fallback_auto = fallback_hosts == Hosts::Auto;
         rule.access = PeerAccess {
             uids: ids(&self.allow_uids, &field("allow_uids"), at)?,
             gids: ids(&self.allow_gids, &field("allow_gids"), at)?,

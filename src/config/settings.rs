@@ -192,13 +192,44 @@ impl Default for CacheConfig {
     }
 }
 
+/// How many hosts share each limit while Redis is unreachable (`fallback.hosts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hosts {
+    /// The daemons alive in Redis lately (each registers itself with a heartbeat), as
+    /// last seen: remembered through an outage; at least 1 (this daemon), and 1 until the
+    /// first heartbeat answers.
+    Auto,
+    /// A fixed number (1..=10000).
+    Fixed(u32),
+}
+
+impl Hosts {
+    /// The fixed number, or the floor of `auto` (1) until a heartbeat tells more.
+    pub fn floor(self) -> u32 {
+        match self {
+            Hosts::Auto => 1,
+            Hosts::Fixed(n) => n,
+        }
+    }
+}
+
+impl std::fmt::Display for Hosts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Hosts::Auto => f.write_str("\"auto\""),
+            Hosts::Fixed(n) => write!(f, "{n}"),
+        }
+    }
+}
+
 /// `[fallback]`: local buckets used when Redis is unreachable.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct FallbackConfig {
     /// Hosts sharing each limit; with Redis down each host enforces `limit ÷ hosts`.
+    /// `"auto"` (default): the daemons alive in Redis lately, as last seen.
     #[serde(deserialize_with = "de_hosts")]
-    pub hosts: u32,
+    pub hosts: Hosts,
     /// Most keys with a local bucket (least useful evicted first; an evicted key starts
     /// again full, so keep this above the number of active keys).
     #[serde(deserialize_with = "de_max_keys")]
@@ -208,7 +239,7 @@ pub struct FallbackConfig {
 impl Default for FallbackConfig {
     fn default() -> Self {
         FallbackConfig {
-            hosts: 1,
+            hosts: Hosts::Auto,
             max_keys: 1_000_000,
         }
     }

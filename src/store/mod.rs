@@ -5,7 +5,8 @@
 //! * [`scripts`]: what is sent to Redis per algorithm (script, key, arguments, reply);
 //! * [`topology`]: one connection per primary and the slot map;
 //! * [`health`]: whether a primary may be asked (its breaker; the daemon-wide view);
-//! * [`lateness`]: whether this process itself was late (event-loop lag).
+//! * [`lateness`]: whether this process itself was late (event-loop lag);
+//! * [`hosts`]: the daemons alive, for `fallback.hosts = "auto"` (a heartbeat).
 //!
 //! The limiter sees [`Store`], [`StoreKey`] and [`StoreError`] only: it never names the
 //! client library. There is one store today (Redis); a second one would turn [`Store`]
@@ -14,6 +15,7 @@
 pub mod connection_errors;
 pub mod credentials;
 pub mod health;
+pub mod hosts;
 pub mod lateness;
 pub mod redis;
 pub mod scripts;
