@@ -11,7 +11,8 @@
 #   slide  M decisions each 1 ms later: one entry leaves the window, one is admitted
 #          (the steady state of a busy key: trim + ALLOW, n entries throughout);
 #   deny   M decisions at one instant on the full log (DENY, wait_ms searched);
-#   bench  redis-benchmark -c 1 of the deny call, requests/s, against PING's.
+#   bench  redis-benchmark -c 1 of the deny call (this tree's script), requests/s,
+#          against PING's.
 # "µs/decision" is Redis's own INFO commandstats usec_per_call for EVALSHA (time inside
 # the server, script included); the PING round trip is 1e6 ÷ PING's requests/s at one
 # connection. Needs redis-server, redis-cli, redis-benchmark, git (for OLD_REV).
@@ -83,9 +84,19 @@ for which in new old; do
         at=$(( (n + m - 1) * 1000 + 1 ))
         run "$sha" "$key" "$n" "$at" "$m" 0
         deny=$(usec_per_call)
-        rps=$(redis-benchmark -s "$TMP/r.sock" -c 1 -n "$bench_n" -q \
-            EVALSHA "$sha" 1 "$key" "$n" "$(( n * 1000 ))" 1 "$(( T0 + at ))" | rps_of)
-        ratio=$(awk -v d="$deny" -v r="$ping_rtt" 'BEGIN { printf "%.2f", d / r }')
+        # The benchmarked call must be a DENY (first field 0), not an error.
+        first=$(cli EVALSHA "$sha" 1 "$key" "$n" "$(( n * 1000 ))" 1 "$(( T0 + at ))" | head -1)
+        if [ "$first" != 0 ]; then
+            [ "$which" = new ] && { echo "swl.sh: $which at $n entries answered '$first', not a DENY" >&2; exit 1; }
+            deny=-
+        fi
+        rps=-
+        if [ "$which" = new ]; then
+            rps=$(redis-benchmark -s "$TMP/r.sock" -c 1 -n "$bench_n" -q \
+                EVALSHA "$sha" 1 "$key" "$n" "$(( n * 1000 ))" 1 "$(( T0 + at ))" | rps_of)
+        fi
+        ratio=-
+        [ "$deny" = - ] || ratio=$(awk -v d="$deny" -v r="$ping_rtt" 'BEGIN { printf "%.2f", d / r }')
         echo "| $which | $entries | $slide | $deny | $rps | $ping_rps | $ratio |"
     done
 done
