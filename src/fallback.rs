@@ -104,20 +104,34 @@ impl LocalBuckets {
     }
 
     /// Remembers what Redis just decided for `key` under `rule` (`outcome`, at `now_us`
-    /// on the local clock) as the key's local state: should Redis go away, the key's
-    /// local bucket starts from there (its share of what Redis left), not full, so a
-    /// drained key stays drained.
+    /// on the local clock): should Redis go away, the key's local bucket starts from
+    /// there (its share of what Redis left), not full, so a drained key stays drained.
+    ///
+    /// A report only ever takes from the local bucket: it replaces the local state when
+    /// it leaves less than the local state does now, never more. So the local bucket
+    /// admits at most its own share over time, however often decisions go back and forth
+    /// between Redis and it (Redis's own count does not know what was admitted locally).
     pub fn observe(&self, key: u128, rule: &Rule, outcome: &Outcome, now_us: f64) {
+        let params = self.share(rule);
         let unused = outcome.remaining as f64 / rule.limit().max(1) as f64;
         let reset_us = outcome.reset_ms as f64 * 1000.0;
-        let state = self.share(rule).seed(unused, reset_us, now_us);
-        match self.buckets.get(&key) {
-            Some(bucket) => {
-                *bucket
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(state);
+        let mut seeded = Some(params.seed(unused, reset_us, now_us));
+        let bucket = match self.buckets.get(&key) {
+            Some(b) => b,
+            None => {
+                self.buckets.insert(key, Arc::new(Mutex::new(seeded)));
+                return;
             }
-            None => self.buckets.insert(key, Arc::new(Mutex::new(Some(state)))),
+        };
+        let mut state = bucket
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // A cost of 0 reads what each would admit now and changes nothing that matters
+        // (a log drops the entries that left its window).
+        let here = params.decide(&mut state, now_us, 0).remaining;
+        let there = params.decide(&mut seeded, now_us, 0).remaining;
+        if state.is_none() || there < here {
+            *state = seeded;
         }
     }
 
@@ -233,6 +247,12 @@ mod tests {
             ..drained
         };
         local.observe(8, &r, &half, 1.0e15);
+        // A later report leaving more never gives the local bucket more.
+        let full = Outcome {
+            remaining: 20,
+            ..drained
+        };
+        local.observe(8, &r, &full, 1.0e15);
         let allowed = (0..10)
             .filter(|_| decide_without_redis(&local, &r, 8, 1, 1.0e15).allowed)
             .count();
