@@ -37,6 +37,14 @@ a, b = off["aggregated"], on["aggregated"]
 cap = on["params"]["matching_service"]["capacity_rps"]
 let_through = b["requests"] - b["count_429"]
 fail_pct = 100.0 * b["failures"] / let_through if let_through else 100.0
+# A latency bound means nothing on an oversubscribed machine. The run itself keeps about
+# 1.3 cores busy (locust, the API, the daemon, Redis); when the load average during the
+# protected run exceeded 1.5 x the cores, other programs were competing for the CPU, and
+# the 429 latency check is reported as skipped, with the load and the figure, instead of
+# passing or failing on another program's account.
+cores = os.cpu_count() or 1
+load_on = on["params"].get("load_during_mean")
+overloaded = load_on is not None and float(load_on) > 1.5 * cores
 checks = [
     ("with limiter: some requests rejected with 429", b["count_429"] > 0, f"{b['count_429']} 429s"),
     ("with limiter: failures of requests let through <= 1 %", fail_pct <= 1.0,
@@ -50,12 +58,20 @@ checks = [
     ("without limiter: matching service saturated (>= 90 % of capacity)", a["backend_rps"] >= 0.9 * cap,
      f"{a['backend_rps']} RPS, capacity {cap:.0f}"),
 ]
+skipped = 0
+if overloaded:
+    for i, (name, ok, figure) in enumerate(checks):
+        if name.startswith("with limiter: 429 p99"):
+            print(f"SKIP {name}: {figure}; load average {load_on} > 1.5 x {cores} cores during the run")
+            del checks[i]
+            skipped = 1
+            break
 for name, ok, figure in checks:
     print(f"{'ok  ' if ok else 'FAIL'} {name}: {figure}")
 print(f"machine load average during the runs: {off['params'].get('load_during_mean')} / "
       f"{on['params'].get('load_during_mean')}")
 passed = sum(1 for _, ok, _ in checks if ok)
-open(out + ".counts", "w").write(f"{passed} {len(checks) - passed}\n")
+open(out + ".counts", "w").write(f"{passed} {len(checks) - passed} {skipped}\n")
 sys.exit(0 if passed == len(checks) else 1)
 PY
 }
@@ -67,6 +83,6 @@ if [ "$rc" != 0 ]; then
   echo "surge: attempt 1 failed; once more"
   attempt 2; rc=$?; n=2
 fi
-if [ -f "$OUT/$n.counts" ]; then read -r passed failed <"$OUT/$n.counts"; else passed=0 failed=1; fi
-echo "surge: $passed passed, $failed failed"
+if [ -f "$OUT/$n.counts" ]; then read -r passed failed skipped <"$OUT/$n.counts"; else passed=0 failed=1 skipped=0; fi
+echo "surge: $passed passed, $failed failed, $skipped skipped"
 [ "$rc" = 0 ]
