@@ -12,12 +12,14 @@
 //! client library. There is one store today (Redis); a second one would turn [`Store`]
 //! into a trait with the same three calls (`key`, `decide`, and the probe).
 
+pub mod connect;
 pub mod connection_errors;
 pub mod credentials;
 pub mod health;
 pub mod hosts;
 pub mod lateness;
 pub mod redis;
+mod refresh;
 pub mod scripts;
 pub mod tls;
 pub mod topology;

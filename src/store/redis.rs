@@ -16,20 +16,20 @@
 //! * Nothing queues for an unreachable primary: decisions for its keys are not sent
 //!   while its breaker is open, and a probe is not sent while its connection is down.
 
+use super::connect::{connection_settings, credentials, secrets_fingerprint, servers, tls_files};
 use super::connection_errors::ConnectionErrors;
 use super::credentials::Credentials;
 use super::health::{Circuit, PROBE_INTERVAL};
 use super::lateness::{mono_us, Lateness};
 use super::scripts::{self, Scripts};
-use super::tls::{Tls, TlsFiles};
+use super::tls::Tls;
 use super::topology::{self, Primary, Topology};
 use super::{StoreError, StoreKey};
 use crate::algorithm::{token_bucket, Outcome, Params};
-use crate::config::{parse_node, RedisConfig, RedisMode};
+use crate::config::{RedisConfig, RedisMode};
 use arc_swap::ArcSwap;
 use fred::prelude::*;
-use fred::types::cluster::ClusterRouting;
-use fred::types::config::{CredentialProvider, UnresponsiveConfig};
+use fred::types::config::CredentialProvider;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -40,41 +40,37 @@ use tokio::sync::Notify;
 pub const RECONNECT_DELAY_MS: u32 = 100;
 
 /// How often the slot map is refreshed while every primary answers.
-const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+pub(super) const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Bound of one `CLUSTER SLOTS`.
-const REFRESH_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// The commands fred may hold for one primary (they only wait there while it is
-/// reachable: see the module comment).
-const COMMAND_BUFFER: usize = 16_384;
+pub(super) const REFRESH_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Connections to every primary plus the loaded scripts.
 pub struct RedisStore {
-    topology: ArcSwap<Topology>,
+    pub(super) topology: ArcSwap<Topology>,
     /// Cluster seeds (`host`, client): asked for the slot map when no primary answers.
-    seeds: Vec<(String, Client)>,
+    pub(super) seeds: Vec<(String, Client)>,
     /// What every client is built from (credentials, TLS); each gets its own server.
-    base: Config,
+    pub(super) base: Config,
     /// The TLS material (`redis.tls`), re-read by [`RedisStore::reload_secrets`].
-    tls: Option<Tls>,
+    pub(super) tls: Option<Tls>,
     /// Whose credentials the clients send (read at every connection).
-    credentials: Credentials,
+    pub(super) credentials: Credentials,
     /// Why connecting failed lately, logged once per cause.
-    connection_errors: Arc<ConnectionErrors>,
+    pub(super) connection_errors: Arc<ConnectionErrors>,
     /// A hash of the secret files' contents when last read: a reload reconnects only
     /// when it changed.
-    secrets_seen: std::sync::Mutex<u64>,
-    scripts: Scripts,
-    prefix: String,
-    clustered: bool,
+    pub(super) secrets_seen: std::sync::Mutex<u64>,
+    pub(super) scripts: Scripts,
+    pub(super) prefix: String,
+    pub(super) clustered: bool,
     /// The per-decision bound (`redis.timeout_ms`).
-    timeout: Duration,
-    probe_timeout: Duration,
-    circuit: Arc<Circuit>,
-    lateness: Arc<Lateness>,
-    refresh_wanted: Notify,
-    refresh_lock: tokio::sync::Mutex<()>,
+    pub(super) timeout: Duration,
+    pub(super) probe_timeout: Duration,
+    pub(super) circuit: Arc<Circuit>,
+    pub(super) lateness: Arc<Lateness>,
+    pub(super) refresh_wanted: Notify,
+    pub(super) refresh_lock: tokio::sync::Mutex<()>,
 }
 
 impl RedisStore {
@@ -227,7 +223,7 @@ impl RedisStore {
 
     /// A new primary `host:port` owning slots `first..=last` (its probe key is found in
     /// them); `open` until a probe answers.
-    fn primary(
+    pub(super) fn primary(
         &self,
         host: &str,
         port: u16,
@@ -255,7 +251,7 @@ impl RedisStore {
     }
 
     /// Connects `primary`, opens its breaker on connection errors, and runs its prober.
-    fn run_primary(self: &Arc<Self>, primary: &Arc<Primary>) {
+    pub(super) fn run_primary(self: &Arc<Self>, primary: &Arc<Primary>) {
         self.record_errors(&primary.client);
         drop(primary.client.connect());
         let p = Arc::clone(primary);
@@ -516,245 +512,10 @@ impl RedisStore {
             }
         }
     }
-
-    /// Forever: refresh the slot map every [`REFRESH_INTERVAL`], every
-    /// [`PROBE_INTERVAL`] while a primary is open or none is known, and at once when a
-    /// decision met a redirection.
-    async fn refresher(self: Arc<Self>) {
-        loop {
-            if let Err(e) = self.refresh().await {
-                tracing::debug!(error = %e, "Redis Cluster slot map not refreshed");
-            }
-            let wait = if self.topology.load().primaries.is_empty() {
-                // Start-up: the seeds are still connecting.
-                Duration::from_millis(20)
-            } else if self.circuit.open_primaries() > 0 {
-                PROBE_INTERVAL
-            } else {
-                REFRESH_INTERVAL
-            };
-            tokio::select! {
-                () = tokio::time::sleep(wait) => {}
-                () = self.refresh_wanted.notified() => {}
-            }
-        }
-    }
-
-    /// Asks a primary that answers (else a seed) for the slot map and puts it in force
-    /// if it changed: new primaries get a connection and a prober, primaries that own
-    /// no slot any more are retired.
-    ///
-    /// # Errors
-    /// No node answered `CLUSTER SLOTS` in time.
-    pub async fn refresh(self: &Arc<Self>) -> Result<(), StoreError> {
-        let _one_at_a_time = self.refresh_lock.lock().await;
-        let current = self.topology.load_full();
-        let mut askers: Vec<(String, Client)> = current
-            .primaries
-            .iter()
-            .filter(|p| !p.health.is_open() && p.client.is_connected())
-            .map(|p| (host_of(p.name()), p.client.clone()))
-            .collect();
-        askers.extend(
-            self.seeds
-                .iter()
-                .filter(|(_, c)| c.is_connected())
-                .map(|(h, c)| (h.clone(), c.clone())),
-        );
-        let mut last = StoreError::timeout("no Redis node connected".into());
-        for (host, client) in askers {
-            let slots = tokio::time::timeout(REFRESH_TIMEOUT, client.cluster_slots::<Value>());
-            let routing = match slots.await {
-                Ok(Ok(value)) => ClusterRouting::from_cluster_slots(value, host.as_str()),
-                Ok(Err(e)) => Err(e),
-                Err(_) => {
-                    last = StoreError::timeout(format!(
-                        "CLUSTER SLOTS: no answer within {REFRESH_TIMEOUT:?}"
-                    ));
-                    continue;
-                }
-            };
-            match routing {
-                Ok(r) if r.slots().is_empty() => {}
-                Ok(routing) => return self.put_in_force(&current, &routing),
-                Err(e) => last = StoreError::from_redis(e),
-            }
-        }
-        Err(last)
-    }
-
-    /// Puts `routing` in force if it differs from `current`.
-    fn put_in_force(
-        self: &Arc<Self>,
-        current: &Topology,
-        routing: &ClusterRouting,
-    ) -> Result<(), StoreError> {
-        let new_map = Topology::signature(routing);
-        let old_map: Vec<(u16, u16, String)> = current.ranges();
-        if new_map == old_map {
-            return Ok(());
-        }
-        // The first map's primaries are probed before use (scripts loaded); later ones
-        // start closed (a failover's promoted replica takes decisions at once, and
-        // `NOSCRIPT` loads the scripts there).
-        let first = current.primaries.is_empty();
-        let mut made = Vec::new();
-        let mut error = None;
-        let next = current.rebuild(routing, |host, port, a, b| {
-            match self.primary(host, port, a, b, first) {
-                Ok(p) => {
-                    made.push(Arc::clone(&p));
-                    p
-                }
-                Err(e) => {
-                    error.get_or_insert(e);
-                    // Unreachable in practice (same settings as the seeds'); keep going
-                    // with a primary that is never connected: its keys go local.
-                    Arc::new(topology::primary(
-                        Client::default(),
-                        format!("{host}:{port}"),
-                        String::new(),
-                        true,
-                        self.timeout,
-                        &self.circuit,
-                    ))
-                }
-            }
-        });
-        let retired: Vec<Arc<Primary>> = current
-            .primaries
-            .iter()
-            .filter(|p| next.find(p.name()).is_none())
-            .cloned()
-            .collect();
-        tracing::info!(
-            primaries = %next.primaries.iter().map(|p| p.name()).collect::<Vec<_>>().join(","),
-            "Redis Cluster slot map in force"
-        );
-        self.topology.store(Arc::new(next));
-        for p in &made {
-            self.run_primary(p);
-        }
-        for p in retired {
-            p.retired.store(true, Ordering::Relaxed);
-            p.health.retire();
-            tokio::spawn(async move {
-                let _ = tokio::time::timeout(Duration::from_secs(1), p.client.quit()).await;
-            });
-        }
-        error.map_or(Ok(()), Err)
-    }
-}
-
-/// The host part of `host:port`.
-fn host_of(name: &str) -> String {
-    name.rsplit_once(':').map_or(name, |(h, _)| h).to_owned()
 }
 
 /// True for a cluster redirection (`MOVED`, `ASK`): the slot lives elsewhere now.
 fn is_redirect(e: &Error) -> bool {
     let d = e.details();
     d.starts_with("MOVED ") || d.starts_with("ASK ") || d.contains("CLUSTERDOWN")
-}
-
-/// The fred server settings of `cfg`: seed nodes (cluster), the one node (standalone)
-/// or the sentinels (sentinel). With `tls_server_name`, the seeds' certificates are
-/// checked against that name (nodes learnt later get it from [`Tls::fred_config`]).
-fn servers(cfg: &RedisConfig, tls_name: Option<&str>) -> Result<ServerConfig, StoreError> {
-    let parse = |field: &str, nodes: &[String]| {
-        nodes
-            .iter()
-            .map(|node| {
-                let (host, port) = parse_node(node)
-                    .ok_or_else(|| StoreError::Config(format!("{field}: bad node '{node}'")))?;
-                let mut server = Server::new(host, port);
-                server.tls_server_name = tls_name.map(Into::into);
-                Ok(server)
-            })
-            .collect::<Result<Vec<_>, StoreError>>()
-    };
-    let mut hosts = parse("redis.nodes", cfg.nodes.get_ref())?;
-    match cfg.mode {
-        RedisMode::Cluster => Ok(ServerConfig::Clustered {
-            hosts,
-            policy: Default::default(),
-        }),
-        RedisMode::Standalone if hosts.len() == 1 => Ok(ServerConfig::Centralized {
-            server: hosts.remove(0),
-        }),
-        RedisMode::Sentinel => Ok(ServerConfig::Sentinel {
-            hosts: parse("redis.sentinels", &cfg.sentinels)?,
-            service_name: cfg.service_name.clone().unwrap_or_default(),
-        }),
-        _ => Err(StoreError::Config(
-            "redis.mode needs one node (standalone), seed nodes (cluster) or sentinels".into(),
-        )),
-    }
-}
-
-/// A hash of the contents of every secret file `cfg` names (password files, CA, client
-/// certificate and key); an unreadable file hashes as empty. Never logged.
-fn secrets_fingerprint(cfg: &RedisConfig) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let password = Credentials::resolve_password_file(cfg.password_file.as_deref());
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    for path in [
-        &password,
-        &cfg.sentinel_password_file,
-        &cfg.tls_ca_file,
-        &cfg.tls_cert_file,
-        &cfg.tls_key_file,
-    ]
-    .into_iter()
-    .flatten()
-    {
-        std::fs::read(path).unwrap_or_default().hash(&mut hasher);
-    }
-    hasher.finish()
-}
-
-/// The TLS files and name of `cfg`.
-fn tls_files(cfg: &RedisConfig) -> TlsFiles {
-    TlsFiles {
-        ca: cfg.tls_ca_file.clone(),
-        cert: cfg.tls_cert_file.clone(),
-        key: cfg.tls_key_file.clone(),
-        server_name: cfg.tls_server_name.clone(),
-    }
-}
-
-/// The credentials of `cfg`, the password file resolved (config, then the systemd
-/// credential), read once so that a missing file is reported now.
-fn credentials(cfg: &RedisConfig) -> Result<Credentials, StoreError> {
-    let sentinels = cfg
-        .sentinels
-        .iter()
-        .filter_map(|n| parse_node(n).map(|(h, p)| (h.to_owned(), p)))
-        .collect();
-    let credentials = Credentials {
-        username: cfg.username.clone(),
-        password_file: Credentials::resolve_password_file(cfg.password_file.as_deref()),
-        sentinel_username: cfg.sentinel_username.clone(),
-        sentinel_password_file: cfg.sentinel_password_file.clone(),
-        sentinels,
-    };
-    credentials.check().map_err(StoreError::Config)?;
-    Ok(credentials)
-}
-
-/// How fred's connections behave, for a decision bound of `timeout`.
-fn connection_settings(conn: &mut ConnectionConfig, timeout: Duration) {
-    conn.connection_timeout = Duration::from_millis(500);
-    conn.internal_command_timeout = Duration::from_millis(500).max(timeout);
-    // Never replay a decision on a new connection: it may have run already (its caller
-    // has long been answered locally).
-    conn.max_command_attempts = 1;
-    // A frozen server (SIGSTOP, a long script) accepts bytes but never answers: drop
-    // such connections and reconnect.
-    conn.unresponsive = UnresponsiveConfig {
-        max_timeout: Some(Duration::from_secs(2)),
-        interval: Duration::from_millis(100),
-    };
-    // Bound what may queue in the client (a backpressure error beyond it).
-    conn.max_command_buffer_len = COMMAND_BUFFER;
 }
