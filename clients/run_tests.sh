@@ -3,7 +3,7 @@
 #   bash clients/run_tests.sh
 # Builds the daemon (cargo build, unless RATELIMITD_BIN points to one), then each
 # language's suite starts its own daemons through clients/testdaemon.sh in one temp
-# root; every daemon left there is killed by pid at the end. Needs python3, node, go,
+# root; every daemon left there is killed by pid at the end. Needs python3, node, Go >= 1.21,
 # php, composer, javac + Debian's jakarta-servlet-api and junit5 jars, socat
 # (tests/run.sh installs the missing ones). Prints
 # "clients: N passed, M failed" last; exit status 1 if anything failed or is missing.
@@ -68,14 +68,18 @@ if need node node; then
   record node "${p:-0}" "${f:-0}"
 fi
 
-if need go go; then
+# Go >= 1.21 (the module's go.mod says so): $GO, `go` on PATH or Debian's
+# /usr/lib/go-1.NN/bin/go (tests/run.sh installs golang-1.22-go from bookworm-backports).
+if go=$(bash "$here/go/find_go.sh"); then
+  echo "clients/run_tests.sh: Go client with $("$go" version) ($go)"
+  export GOTOOLCHAIN=local # never download a toolchain
   # The module (go vet, then its tests: every conformance case as a subtest), then
   # example/: an application in a module of its own that imports the client by its
   # module path through a replace directive, as users' applications do.
   out=$({
-    cd "$here/go" && go vet ./... && timeout 300 go test -count=1 -v ./...
+    cd "$here/go" && "$go" vet ./... && timeout 300 "$go" test -count=1 -v ./...
     r=$?
-    cd "$here/go/example" && go vet ./... && timeout 120 go test -count=1 -v ./...
+    cd "$here/go/example" && "$go" vet ./... && timeout 120 "$go" test -count=1 -v ./...
     exit $((r | $?))
   } 2>&1)
   rc=$?
@@ -83,6 +87,9 @@ if need go go; then
   p=$(grep -cE -- '^ *--- PASS' <<<"$out") f=$(grep -cE -- '^ *--- FAIL' <<<"$out")
   [ "$rc" = 0 ] || [ "$f" -gt 0 ] || f=1
   record go "$p" "$f"
+else
+  echo "clients/run_tests.sh: no Go >= 1.21 (\$GO, go on PATH, /usr/lib/go-1.NN): the Go client's tests cannot run" >&2
+  record go 0 1
 fi
 
 if need php php; then
@@ -97,13 +104,20 @@ if need php php; then
 fi
 
 if need java javac; then
-  # Built with javac against Debian's jars and run by JUnit's console launcher (its tree
-  # and summary go to the log); see clients/java/test.sh.
-  out=$(timeout 300 bash clients/java/test.sh 2>&1)
+  # mvn install with pom.xml, offline against Debian's Maven repository (surefire's
+  # report and summary go to the log), or where Maven is missing javac against Debian's
+  # jars and JUnit's console launcher; see clients/java/test.sh.
+  out=$(timeout 600 bash clients/java/test.sh 2>&1)
   rc=$?
   printf '%s\n' "$out"
-  p=$(sed -n 's/^\[ *\([0-9]*\) tests successful *\]$/\1/p' <<<"$out")
-  f=$(sed -n 's/^\[ *\([0-9]*\) tests failed *\]$/\1/p' <<<"$out")
+  if grep -q '^java: mvn install' <<<"$out"; then
+    # Surefire's summary: "Tests run: N, Failures: F, Errors: E, Skipped: S" (the last one).
+    read -r n f e s < <(sed -n 's/^\[[A-Z]*\] Tests run: \([0-9]*\), Failures: \([0-9]*\), Errors: \([0-9]*\), Skipped: \([0-9]*\)$/\1 \2 \3 \4/p' <<<"$out" | tail -n 1)
+    p=$((${n:-0} - ${f:-0} - ${e:-0} - ${s:-0})) f=$((${f:-0} + ${e:-0}))
+  else
+    p=$(sed -n 's/^\[ *\([0-9]*\) tests successful *\]$/\1/p' <<<"$out")
+    f=$(sed -n 's/^\[ *\([0-9]*\) tests failed *\]$/\1/p' <<<"$out")
+  fi
   [ "$rc" = 0 ] || [ "${f:-0}" -gt 0 ] || f=1
   record java "${p:-0}" "${f:-0}"
 fi

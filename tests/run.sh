@@ -27,26 +27,41 @@ fi
 if ! command -v objcopy >/dev/null 2>&1; then
   missing_pkgs+=(binutils)
 fi
-# For the client libraries' tests (clients/run_tests.sh).
-if ! command -v go >/dev/null 2>&1; then
-  missing_pkgs+=(golang-go)
+# For the client libraries' tests (clients/run_tests.sh). The Go client needs Go >= 1.21
+# (clients/go/find_go.sh looks for one); Debian 12's golang-go is 1.19, so there
+# golang-1.22-go comes from bookworm-backports (installed below).
+go_backports=0
+if ! bash clients/go/find_go.sh >/dev/null; then
+  if [ "$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")" = bookworm ]; then
+    go_backports=1
+  else
+    missing_pkgs+=(golang-go)
+  fi
 fi
 if ! command -v php >/dev/null 2>&1; then
   missing_pkgs+=(php-cli)
 fi
 # The PHP client's composer install (offline, from a path repository) and its PSR-7
-# implementation; the Java client's compiler, servlet API and JUnit console launcher.
+# implementation; the Java client's compiler, servlet API and JUnit.
 # (Not php-psr: it conflicts with composer through php-symfony-service-contracts.)
 command -v composer >/dev/null 2>&1 || missing_pkgs+=(composer)
 [ -f /usr/share/php/Nyholm/Psr7/autoload.php ] || missing_pkgs+=(php-nyholm-psr7)
 command -v javac >/dev/null 2>&1 || missing_pkgs+=(openjdk-17-jdk-headless)
 [ -f /usr/share/java/jakarta-servlet-api.jar ] || missing_pkgs+=(libjakarta-servlet-api-java)
 [ -f /usr/share/java/junit-platform-console-standalone.jar ] || missing_pkgs+=(junit5)
+# The Java client's pom.xml, built offline by Debian's Maven against /usr/share/maven-repo
+# (clients/java/test.sh): Maven and the plugins its build runs.
+command -v mvn >/dev/null 2>&1 || missing_pkgs+=(maven)
+for plugin in compiler resources jar install; do
+  [ -d /usr/share/maven-repo/org/apache/maven/plugins/maven-$plugin-plugin ] ||
+    missing_pkgs+=(libmaven-$plugin-plugin-java)
+done
+[ -d /usr/share/maven-repo/org/apache/maven/surefire/surefire-junit-platform ] || missing_pkgs+=(libsurefire-java)
 # tests/production_redis.rs makes its test CA with the openssl command.
 command -v openssl >/dev/null 2>&1 || missing_pkgs+=(openssl)
 
-if ((${#missing_pkgs[@]})); then
-  log "missing tools; installing Debian packages: ${missing_pkgs[*]}"
+if ((${#missing_pkgs[@]})) || [ "$go_backports" = 1 ]; then
+  log "missing tools; installing Debian packages: ${missing_pkgs[*]}${missing_pkgs[*]:+ }$([ "$go_backports" = 1 ] && echo "golang-1.22-go (bookworm-backports)")"
   if ! command -v apt-get >/dev/null 2>&1; then
     log "apt-get not found: install ${missing_pkgs[*]} (redis-server, redis-cli >= 7, socat) yourself"
     exit 1
@@ -65,13 +80,28 @@ if ((${#missing_pkgs[@]})); then
   # The package's post-install may try to start a system redis-server; if
   # that fails (no init system, port 6379 taken) apt reports an error although
   # the binaries are installed. Judge by the binaries, checked just below.
-  ${as_root[@]+"${as_root[@]}"} apt-get install -y --no-install-recommends "${missing_pkgs[@]}" ||
-    log "apt-get install reported an error; checking the binaries anyway"
+  if ((${#missing_pkgs[@]})); then
+    ${as_root[@]+"${as_root[@]}"} apt-get install -y --no-install-recommends "${missing_pkgs[@]}" ||
+      log "apt-get install reported an error; checking the binaries anyway"
+  fi
+  if [ "$go_backports" = 1 ]; then
+    # Debian's own backports archive, signed by the archive key Debian already trusts.
+    if ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
+      printf '%s\n' 'Types: deb' 'URIs: http://deb.debian.org/debian' 'Suites: bookworm-backports' \
+        'Components: main' 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' |
+        ${as_root[@]+"${as_root[@]}"} tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null
+      ${as_root[@]+"${as_root[@]}"} apt-get update
+    fi
+    ${as_root[@]+"${as_root[@]}"} apt-get install -y --no-install-recommends -t bookworm-backports golang-1.22-go ||
+      log "apt-get install golang-1.22-go reported an error"
+  fi
 fi
 
-for tool in redis-server redis-cli socat systemd-analyze systemd-socket-activate objcopy go php composer javac openssl; do
+for tool in redis-server redis-cli socat systemd-analyze systemd-socket-activate objcopy php composer javac openssl; do
   command -v "$tool" >/dev/null 2>&1 || { log "$tool is still missing after install"; exit 1; }
 done
+go_bin=$(bash clients/go/find_go.sh) || { log "no Go >= 1.21 after install (the Go client needs one)"; exit 1; }
+log "using $("$go_bin" version) ($go_bin)"
 log "using $(redis-server --version | head -n1)"
 
 # Unit, property and integration tests (tests/*.rs start their own Redis
