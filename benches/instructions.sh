@@ -12,6 +12,7 @@
 # second run with the warm-up only) divided by N is printed. Workloads:
 #   local-hot   CHECK api hot      one exhausted key (local DENY)
 #   local-keys  CHECK api k<n>     keys spread over 10,000
+#   local-new   CHECK api n<i>     a new key every request (a new local bucket each)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-20000}
@@ -29,7 +30,12 @@ import sys
 w, n = sys.argv[1], int(sys.argv[2])
 out = sys.stdout
 for i in range(n):
-    out.write("CHECK api hot\n" if w == "local-hot" else f"CHECK api k{i % 10000}\n")
+    if w == "local-hot":
+        out.write("CHECK api hot\n")
+    elif w == "local-new":
+        out.write(f"CHECK api n{i}\n")
+    else:
+        out.write(f"CHECK api k{i % 10000}\n")
 EOF
 }
 
@@ -64,7 +70,7 @@ EOF
 
 printf '| binary | workload | instructions per request |\n|---|---|---|\n'
 for bin in "${bins[@]}"; do
-    for w in local-hot local-keys; do
+    for w in ${WORKLOADS:-local-hot local-keys local-new}; do
         base=$(count "$bin" "$w" 1000)
         full=$(count "$bin" "$w" $((N + 1000)))
         printf '| %s | %s | %s |\n' "$bin" "$w" "$(( (full - base) / N ))"

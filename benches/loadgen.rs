@@ -67,6 +67,11 @@ struct Args {
     /// keep keys fresh).
     #[arg(long, default_value_t = 0)]
     n_start: u64,
+    /// Draw `{ n }` uniformly from `0..KEYS` (a realistic key population: keys
+    /// repeat) instead of counting up (a new key per request). Each request's value is
+    /// a SplitMix64 hash of the counter, so runs are reproducible.
+    #[arg(long)]
+    keys: Option<u64>,
     /// Zero-pad the counter to this many digits (fixed-length requests, e.g.
     /// RESP bulk strings whose `$<len>` must stay right).
     #[arg(long, default_value_t = 0)]
@@ -194,6 +199,15 @@ impl Template {
         }
         buf.extend_from_slice(last);
     }
+}
+
+/// SplitMix64 (Steele, Lea, Flood 2014): a bijective 64-bit mix, so counter values map
+/// to well-spread keys.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 // ---------------------------------------------------------------------------
@@ -396,6 +410,8 @@ struct Shared {
     max_requests: Option<u64>,
     /// Next `{n}` value.
     counter: AtomicU64,
+    /// `{n}` drawn from `0..keys` (`--keys`) instead of the counter itself.
+    keys: Option<u64>,
     /// Measured requests reserved so far (for --max-requests).
     reserved: AtomicU64,
     /// (prefix, substring) the first line of each reply must match.
@@ -476,7 +492,11 @@ async fn run_conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, sh: Arc<Shared>) 
             wbuf.clear();
             let base = sh.counter.fetch_add(d as u64, Ordering::Relaxed);
             for i in 0..d as u64 {
-                sh.template.expand_into(&mut wbuf, base + i, &mut num);
+                let n = match sh.keys {
+                    Some(k) => splitmix64(base + i) % k,
+                    None => base + i,
+                };
+                sh.template.expand_into(&mut wbuf, n, &mut num);
             }
         }
         if let Err(e) = s.write_all(&wbuf).await {
@@ -671,6 +691,7 @@ async fn run(args: Args) -> Result<bool, String> {
         end,
         max_requests: args.max_requests,
         counter: AtomicU64::new(args.n_start),
+        keys: args.keys.filter(|&k| k > 0),
         reserved: AtomicU64::new(0),
         expect: match (&args.expect, &args.expect_contains) {
             (None, None) => None,

@@ -19,14 +19,22 @@
 # 50 x 16, and 1 x 1 (latency; client and servers pinned to CPU 0 with taskset):
 #   a  Redis PING over its Unix socket                      (baseline)
 #   b  daemon, redis.mode = "none": CHECK api k<n>, a new key per request
+#   u  daemon, redis.mode = "none": CHECK api k<n>, n uniform over 10^5 keys
+#   v  daemon, redis.mode = "none": CHECK api k<n>, n uniform over 10^6 keys
 #   g  daemon, redis.mode = "none": CHECK hot k, one exhausted key (local DENY)
 #   c  daemon, standalone Redis: CHECK hot k, an exhausted key (deny cache)
-#   d  daemon, standalone Redis: CHECK api k<n>, a new key each -> one EVALSHA each
+#   k  daemon, standalone Redis: CHECK one k<n>, n uniform over 10^3 denied keys
+#      (deny cache)
+#   d  daemon, standalone Redis: CHECK api k<n>, n uniform over 10^6 keys -> one
+#      EVALSHA each
 #   e  the same EVALSHA sent straight to that Redis over TCP, by loadgen (RESP)
-#   f  the same EVALSHA by redis-benchmark (cross-check of e)
+#   f  the same EVALSHA by redis-benchmark -r 1000000 (our script)
+#   s  redis-benchmark -r 1000000 EVALSHA of the seeds' plain token bucket
+#      (benches/seed_token_bucket.lua: HMGET, refill, HMSET, EXPIRE)
 #   h  g with [metrics] listen on (metrics overhead), 50x1 and 50x16
 #   i  c with [metrics] listen on (metrics overhead), 50x1 and 50x16
-# Ratios: b, g and c against a; d against e (and f); h against g, i against c.
+# Ratios: b, u, v, g, c and k against a; d against e (and f, s); h against g, i
+# against c.
 set -euo pipefail
 
 QUICK=0
@@ -148,6 +156,13 @@ done
 RCLI=(redis-cli -h 127.0.0.1 -p "$PORT")
 SHA=$("${RCLI[@]}" SCRIPT LOAD "$(cat lua/prelude.lua lua/token_bucket.lua)")
 [[ $SHA =~ ^[0-9a-f]{40}$ ]] || { echo "run.sh: SCRIPT LOAD failed: $SHA" >&2; exit 1; }
+SEED_SHA=$("${RCLI[@]}" SCRIPT LOAD "$(cat benches/seed_token_bucket.lua)")
+[[ $SEED_SHA =~ ^[0-9a-f]{40}$ ]] || { echo "run.sh: SCRIPT LOAD (seed) failed: $SEED_SHA" >&2; exit 1; }
+# Keys of the spread scenarios (the issue's "realistic key population").
+KEYS_LOCAL_SMALL=100000
+KEYS_LOCAL_LARGE=1000000
+KEYS_DENIED=1000
+KEYS_REDIS=1000000
 
 # --- measuring ------------------------------------------------------------
 RESULTS=$TMP/results.tsv # scenario shape rps p50 p99 off cpu note
@@ -257,6 +272,13 @@ name = "hot"
 algorithm = "token_bucket"
 capacity = $CAPACITY
 refill_rate = 0.001
+
+# One request per key, then denied for the whole run (scenario k).
+[[rule]]
+name = "one"
+algorithm = "token_bucket"
+capacity = 1
+refill_rate = 0.001
 EOF
     echo "$cfg"
 }
@@ -301,6 +323,16 @@ if start_daemon none; then
         measure b "$s" "$DAEMON_PID" --socket "$RLSOCK" --request 'CHECK api k{n}\n' \
             --expect ALLOW --expect-contains ' local'
     done
+    # u, v: keys drawn uniformly from 10^5 / 10^6 (buckets re-used, a realistic
+    # population); every key stays far below its limit, so every reply is ALLOW.
+    for s in "${SHAPES[@]}"; do
+        measure u "$s" "$DAEMON_PID" --socket "$RLSOCK" --request 'CHECK api k{n}\n' \
+            --keys "$KEYS_LOCAL_SMALL" --expect ALLOW --expect-contains ' local'
+    done
+    for s in "${SHAPES[@]}"; do
+        measure v "$s" "$DAEMON_PID" --socket "$RLSOCK" --request 'CHECK api k{n}\n' \
+            --keys "$KEYS_LOCAL_LARGE" --expect ALLOW --expect-contains ' local'
+    done
     # g: one exhausted key, decided locally each time (no new bucket per request).
     "$LOADGEN" --socket "$RLSOCK" --conns 1 --depth $((CAPACITY * 2)) --warmup 0s \
         --duration 5s --max-requests $((CAPACITY * 2)) --request 'CHECK hot k\n' >/dev/null || true
@@ -327,10 +359,22 @@ if start_daemon standalone; then
     else
         skip c "could not exhaust the key: $(lg_once 'CHECK hot k\n' DENY | head -n 1)"
     fi
-    # d: a new key each request -> one EVALSHA per request.
+    # k: 10^3 keys of a capacity-1 rule, each drawn ~20 times first (one ALLOW, then
+    # DENYs), then hammered: DENYs from the deny cache (an entry lives
+    # cache.ttl_ms = 500 ms, then one request of that key goes to Redis: off-path).
+    "$LOADGEN" --socket "$RLSOCK" --conns 8 --depth 64 --warmup 0s --duration 20s \
+        --max-requests $((KEYS_DENIED * 20)) --keys "$KEYS_DENIED" \
+        --request 'CHECK one k{n}\n' >/dev/null || true
+    for s in "${SHAPES[@]}"; do
+        measure k "$s" "$DAEMON_PID $REDIS_TCP_PID" --socket "$RLSOCK" \
+            --request 'CHECK one k{n}\n' --keys "$KEYS_DENIED" --expect DENY \
+            --expect-contains ' cache'
+    done
+    # d: keys uniform over 10^6 -> one EVALSHA per request (all ALLOW).
     for s in "${SHAPES[@]}"; do
         measure d "$s" "$DAEMON_PID $REDIS_TCP_PID" --socket "$RLSOCK" \
-            --request 'CHECK api k{n}\n' --expect ALLOW --expect-contains ' redis'
+            --request 'CHECK api k{n}\n' --keys "$KEYS_REDIS" --expect ALLOW \
+            --expect-contains ' redis'
     done
     stop_daemon
 else
@@ -381,39 +425,48 @@ log "e: EVALSHA straight to Redis over TCP (loadgen, RESP, a new key per request
 EVALSHA_RESP=$(resp EVALSHA "$SHA" 1 'rl:{api:e{n}}' $LUA_ARGV)
 for s in "${SHAPES[@]}"; do
     measure e "$s" "$REDIS_TCP_PID" --tcp "127.0.0.1:$PORT" --request "$EVALSHA_RESP" \
-        --n-width "$N_WIDTH" --reply-lines 5 --expect '*4'
+        --n-width "$N_WIDTH" --keys "$KEYS_REDIS" --reply-lines 5 --expect '*4'
 done
 
-log "f: EVALSHA straight to Redis over TCP (redis-benchmark)"
-for s in "${SHAPES[@]}"; do
-    read -r c d <<<"$s"
-    # As many requests as loadgen managed in the same time in e.
-    rps=$(awk -F'\t' -v s="$s" '$1 == "e" && $2 == s && $3 != "-" { print $3 }' "$RESULTS")
-    n=$(awk -v r="${rps:-20000}" -v s="$DURATION_S" 'BEGIN { n = int(r * s); print (n < 10000 ? 10000 : n) }')
-    t0=$(cpu_ticks "$REDIS_TCP_PID")
-    pin=()
-    if [ "$s" = "1 1" ]; then
-        pin=(taskset -c 0)
-        taskset -a -p -c 0 "$REDIS_TCP_PID" >/dev/null 2>&1 || true
-    fi
-    out=$(${pin[@]+"${pin[@]}"} redis-benchmark -h 127.0.0.1 -p "$PORT" -c "$c" -P "$d" -n "$n" -r 1000000 --csv \
-        EVALSHA "$SHA" 1 'rl:{api:__rand_int__}' $LUA_ARGV 2>&1) || true
-    t1=$(cpu_ticks "$REDIS_TCP_PID")
-    taskset -a -p -c "0-$(($(nproc) - 1))" "$REDIS_TCP_PID" >/dev/null 2>&1 || true
-    # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
-    line=$(printf '%s\n' "$out" | tr -d '\r' | grep -v '^"test"' | grep '^"' | tail -n 1) || true
-    if [ -z "$line" ]; then
-        record f "$s" "" "" "" "" "" "redis-benchmark: $(printf '%s' "$out" | tail -n 1)"
-        continue
-    fi
-    echo "f c$c d$d: $line" >&2
-    printf '%s\n' "$line" | awk -v s="$s" -v t=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$n" '{
-        gsub(/"/, "", $0); split($0, x, ","); k = length(x)
-        rps = x[k - 6]; p50 = x[k - 3] * 1000; p99 = x[k - 1] * 1000
-        printf "f\t%s\t%s\t%.1f\t%.1f\t-\t%.2f\tredis-benchmark -n %d; latency per request\n",
-            s, rps, p50, p99, (rps > 0 ? t / hz / (n / rps) : 0), n
-    }' >>"$RESULTS"
-done
+# rbench SCENARIO SHA: redis-benchmark -r 1000000 EVALSHA of that script, each shape.
+rbench() {
+    local scen=$1 sha=$2 s c d rps n t0 t1 pin out line
+    for s in "${SHAPES[@]}"; do
+        read -r c d <<<"$s"
+        # As many requests as loadgen managed in the same time in e.
+        rps=$(awk -F'\t' -v s="$s" '$1 == "e" && $2 == s && $3 != "-" { print $3 }' "$RESULTS")
+        n=$(awk -v r="${rps:-20000}" -v s="$DURATION_S" 'BEGIN { n = int(r * s); print (n < 10000 ? 10000 : n) }')
+        t0=$(cpu_ticks "$REDIS_TCP_PID")
+        pin=()
+        if [ "$s" = "1 1" ]; then
+            pin=(taskset -c 0)
+            taskset -a -p -c 0 "$REDIS_TCP_PID" >/dev/null 2>&1 || true
+        fi
+        # shellcheck disable=SC2086 # LUA_ARGV is three words
+        out=$(${pin[@]+"${pin[@]}"} redis-benchmark -h 127.0.0.1 -p "$PORT" -c "$c" -P "$d" -n "$n" -r "$KEYS_REDIS" --csv \
+            EVALSHA "$sha" 1 "rl:{$scen:__rand_int__}" $LUA_ARGV 2>&1) || true
+        t1=$(cpu_ticks "$REDIS_TCP_PID")
+        taskset -a -p -c "0-$(($(nproc) - 1))" "$REDIS_TCP_PID" >/dev/null 2>&1 || true
+        # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+        line=$(printf '%s\n' "$out" | tr -d '\r' | grep -v '^"test"' | grep '^"' | tail -n 1) || true
+        if [ -z "$line" ]; then
+            record "$scen" "$s" "" "" "" "" "" "redis-benchmark: $(printf '%s' "$out" | tail -n 1)"
+            continue
+        fi
+        echo "$scen c$c d$d: $line" >&2
+        printf '%s\n' "$line" | awk -v scen="$scen" -v s="$s" -v t=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$n" '{
+            gsub(/"/, "", $0); split($0, x, ","); k = length(x)
+            rps = x[k - 6]; p50 = x[k - 3] * 1000; p99 = x[k - 1] * 1000
+            printf "%s\t%s\t%s\t%.1f\t%.1f\t-\t%.2f\tredis-benchmark -n %d; latency per request\n",
+                scen, s, rps, p50, p99, (rps > 0 ? t / hz / (n / rps) : 0), n
+        }' >>"$RESULTS"
+    done
+}
+
+log "f: our EVALSHA straight to Redis over TCP (redis-benchmark)"
+rbench f "$SHA"
+log "s: the seeds' plain token bucket, EVALSHA straight to Redis (redis-benchmark)"
+rbench s "$SEED_SHA"
 
 # --- report ---------------------------------------------------------------
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -424,10 +477,14 @@ GIT_REV=$(git rev-parse --short HEAD 2>/dev/null || echo "uncommitted")
 describe() {
     case $1 in
         a) echo "Redis PING (unix socket)" ;;
-        b) echo "daemon, mode none: \`CHECK api k<n>\`" ;;
+        b) echo "daemon, mode none: \`CHECK api k<n>\`, a new key each" ;;
+        u) echo "daemon, mode none: \`CHECK api k<n>\`, 10^5 keys" ;;
+        v) echo "daemon, mode none: \`CHECK api k<n>\`, 10^6 keys" ;;
+        k) echo "daemon, deny cache: \`CHECK one k<n>\`, 10^3 denied keys" ;;
+        s) echo "seeds' token bucket EVALSHA direct (redis-benchmark)" ;;
         c) echo "daemon, deny cache: \`CHECK hot k\` (exhausted)" ;;
         g) echo "daemon, mode none: \`CHECK hot k\` (exhausted)" ;;
-        d) echo "daemon, standalone: \`CHECK api k<n>\` (1 EVALSHA each)" ;;
+        d) echo "daemon, standalone: \`CHECK api k<n>\`, 10^6 keys (1 EVALSHA each)" ;;
         e) echo "Redis EVALSHA direct (TCP, loadgen)" ;;
         f) echo "Redis EVALSHA direct (TCP, redis-benchmark)" ;;
         h) echo "g with metrics on" ;;
@@ -435,7 +492,7 @@ describe() {
     esac
 }
 baseline() { # scenario -> the scenario it is compared with
-    case $1 in b | c | g) echo a ;; d) echo e ;; h) echo g ;; i) echo c ;; *) echo "" ;; esac
+    case $1 in b | c | g | u | v | k) echo a ;; d) echo e ;; h) echo g ;; i) echo c ;; *) echo "" ;; esac
 }
 
 {
@@ -453,12 +510,12 @@ baseline() { # scenario -> the scenario it is compared with
     echo
     echo "Shapes: \`conns x depth\`: each connection writes \`depth\` requests at once, then waits for"
     echo "all the replies (closed loop). Latency is per batch (write to last reply), in µs."
-    echo "\"vs\" is rps ÷ the baseline's rps for the same shape: b, c and g against a, d against e and f,"
+    echo "\"vs\" is rps ÷ the baseline's rps for the same shape: b, u, v, g, c and k against a, d against e, f and s,"
     echo "h (metrics on) against g and i (metrics on) against c."
     echo "\"off-path\" counts replies that did not take the path under test (b: not \`ALLOW … local\`;"
     echo "c: not \`DENY … cache\`: each cached DENY lives cache.ttl_ms = 500 ms, then the requests"
     echo "in flight go to Redis; g: not \`DENY … local\`; d: not \`ALLOW … redis\`)."
-    echo "CPU is the server processes' CPU time ÷ wall time (cores): a, b, g: the server; c, d: daemon + Redis; e, f: Redis."
+    echo "CPU is the server processes' CPU time ÷ wall time (cores): a, b, u, v, g: the server; c, k, d: daemon + Redis; e, f, s: Redis."
     echo
     echo "| scenario | shape | rps | vs | p50 µs | p99 µs | off-path | CPU | note |"
     echo "|---|---|---:|---:|---:|---:|---:|---:|---|"
@@ -480,6 +537,10 @@ baseline() { # scenario -> the scenario it is compared with
             frps=$(awk -F'\t' -v s="$shape" '$1 == "f" && $2 == s && $3 != "-" { print $3 }' "$RESULTS")
             if [ "$scen" = d ] && [ -n "$frps" ]; then
                 ratio="$ratio, $(awk -v a="$rps" -v b="$frps" 'BEGIN { if (b > 0) printf "%.2f × f", a / b }')"
+            fi
+            srps=$(awk -F'\t' -v s="$shape" '$1 == "s" && $2 == s && $3 != "-" { print $3 }' "$RESULTS")
+            if [ "$scen" = d ] && [ -n "$srps" ]; then
+                ratio="$ratio, $(awk -v a="$rps" -v b="$srps" 'BEGIN { if (b > 0) printf "%.2f × s", a / b }')"
             fi
         fi
         if [ -n "$rps" ]; then rps=$(awk -v r="$rps" 'BEGIN { printf "%.0f", r }'); fi
