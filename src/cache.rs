@@ -7,7 +7,7 @@
 //! not, and stays exact for the cost it was computed for.
 
 use crate::decision::{Decision, Source};
-use crate::key::Hasher;
+use crate::key::{KeyHash, Prehashed};
 use moka::sync::Cache;
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ struct Entry {
 
 /// Bounded map from `"<rule>:<key>"` (as its [`TagKey`]) to the last DENY Redis returned for it.
 pub struct DenyCache {
-    entries: Option<Cache<u128, Entry, Hasher>>,
+    entries: Option<Cache<KeyHash, Entry, Prehashed>>,
     ttl: Duration,
 }
 
@@ -36,7 +36,7 @@ impl DenyCache {
             Cache::builder()
                 .max_capacity(max_entries)
                 .time_to_live(ttl)
-                .build_with_hasher(Hasher::default())
+                .build_with_hasher(Prehashed)
         });
         DenyCache { entries, ttl }
     }
@@ -44,7 +44,7 @@ impl DenyCache {
     /// Remembers `decision` (a DENY from Redis for `cost` units, asked at `asked_us`,
     /// wall clock µs) under `tag` for `min(ttl, wait_ms)` from then, so it never outlives
     /// Redis's own `wait_ms`. ALLOWs and zero-wait decisions are ignored.
-    pub fn remember(&self, key: u128, cost: u32, decision: &Decision, asked_us: f64) {
+    pub fn remember(&self, key: KeyHash, cost: u32, decision: &Decision, asked_us: f64) {
         let Some(entries) = &self.entries else { return };
         if decision.allowed || decision.wait_ms == 0 {
             return;
@@ -66,7 +66,7 @@ impl DenyCache {
     /// asked and `source = cache`. The wall clock is the one local decisions read (once
     /// per batch); a clock stepping back counts as no time passed, and moka's own
     /// monotonic time-to-live (`cache.ttl_ms`) bounds an entry's life whatever the clock.
-    pub fn lookup(&self, key: u128, cost: u32, now_us: f64) -> Option<Decision> {
+    pub fn lookup(&self, key: KeyHash, cost: u32, now_us: f64) -> Option<Decision> {
         let entry = self.entries.as_ref()?.get(&key)?;
         let elapsed = (now_us - entry.at_us).max(0.0);
         if entry.cost != cost || elapsed >= entry.ttl_us {
@@ -112,7 +112,7 @@ mod tests {
     const T0: f64 = 1_700_000_000_000_000.0;
 
     /// The key of `tag`, with one hasher for the whole test module.
-    fn k(tag: &str) -> u128 {
+    fn k(tag: &str) -> KeyHash {
         static KEYS: std::sync::OnceLock<TagKey> = std::sync::OnceLock::new();
         KEYS.get_or_init(TagKey::default).of(tag)
     }

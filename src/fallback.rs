@@ -11,10 +11,9 @@
 use crate::algorithm::{Outcome, Params, State};
 use crate::config::{OnRedisFailure, Rule};
 use crate::decision::{Decision, Source};
-use crate::key::Hasher;
-use moka::sync::Cache;
+use crate::key::KeyHash;
+use crate::state_map::StateMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 
 /// `wait_ms`/`reset_ms` of a `fail_closed` DENY: about when the circuit is probed again.
 pub const FAIL_CLOSED_RETRY_MS: u64 = 1000;
@@ -38,21 +37,24 @@ impl LiveHosts {
 }
 
 /// Per-key algorithm states kept in this process ("local buckets", whatever the
-/// algorithm), keyed by `"<rule>:<key>"`, bounded in number.
+/// algorithm), keyed by the hash of `"<rule>:<key>"`, at most `fallback.max_keys` of
+/// them. The state lives inline in a [`StateMap`] slot (32 bytes: two doubles for the
+/// buckets and the fixed window, three for the sliding window counter; the sliding
+/// window log keeps its entries in a heap buffer of its own, 24 bytes per admission
+/// instant in its window).
 pub struct LocalBuckets {
-    buckets: Cache<u128, Arc<Mutex<Option<State>>>, Hasher>,
+    buckets: StateMap<Option<State>>,
     /// The hosts sharing the limits of rules with `fallback.hosts = "auto"`.
     pub hosts: LiveHosts,
 }
 
 impl LocalBuckets {
-    /// Room for `max_keys` buckets; beyond that moka evicts the least useful (an evicted
-    /// key starts again full).
+    /// Room for `max_keys` buckets; beyond that the least useful is evicted (CLOCK-PRO:
+    /// a key not asked again since it came in goes first; an evicted key starts again
+    /// full).
     pub fn new(max_keys: u64) -> Self {
         LocalBuckets {
-            buckets: Cache::builder()
-                .max_capacity(max_keys)
-                .build_with_hasher(Hasher::default()),
+            buckets: StateMap::new(max_keys),
             hosts: LiveHosts::default(),
         }
     }
@@ -74,20 +76,15 @@ impl LocalBuckets {
     /// when `params` is a share of it.
     pub fn decide(
         &self,
-        key: u128,
+        key: KeyHash,
         limit: u64,
         params: &Params,
         cost: u32,
         now_us: f64,
     ) -> Decision {
-        let bucket = match self.buckets.get(&key) {
-            Some(b) => b,
-            None => self.buckets.get_with(key, || Arc::new(Mutex::new(None))),
-        };
-        let mut state = bucket
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut outcome = params.decide(&mut state, now_us, u64::from(cost));
+        let mut outcome = self
+            .buckets
+            .with(key, |state| params.decide(state, now_us, u64::from(cost)));
         if !outcome.allowed && !params.can_ever_pass(u64::from(cost)) {
             // This host's share is below `cost`: it cannot pass until Redis is back;
             // ask to retry about when the circuit is probed again, not in 1 ms.
@@ -111,35 +108,30 @@ impl LocalBuckets {
     /// it leaves less than the local state does now, never more. So the local bucket
     /// admits at most its own share over time, however often decisions go back and forth
     /// between Redis and it (Redis's own count does not know what was admitted locally).
-    pub fn observe(&self, key: u128, rule: &Rule, outcome: &Outcome, now_us: f64) {
+    pub fn observe(&self, key: KeyHash, rule: &Rule, outcome: &Outcome, now_us: f64) {
         let params = self.share(rule);
         let unused = outcome.remaining as f64 / rule.limit().max(1) as f64;
         let reset_us = outcome.reset_ms as f64 * 1000.0;
         let mut seeded = Some(params.seed(unused, reset_us, now_us));
-        let bucket = match self.buckets.get(&key) {
-            Some(b) => b,
-            None => {
-                self.buckets.insert(key, Arc::new(Mutex::new(seeded)));
+        self.buckets.with(key, |state| {
+            // A cost of 0 reads what each would admit now and changes nothing that
+            // matters (a log drops the entries that left its window).
+            if state.is_none() {
+                *state = seeded;
                 return;
             }
-        };
-        let mut state = bucket
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        // A cost of 0 reads what each would admit now and changes nothing that matters
-        // (a log drops the entries that left its window).
-        let here = params.decide(&mut state, now_us, 0).remaining;
-        let there = params.decide(&mut seeded, now_us, 0).remaining;
-        if state.is_none() || there < here {
-            *state = seeded;
-        }
+            let here = params.decide(state, now_us, 0).remaining;
+            let there = params.decide(&mut seeded, now_us, 0).remaining;
+            if state.is_none() || there < here {
+                *state = seeded;
+            }
+        });
     }
 
-    /// Keys currently held, for logs and metrics (runs moka's pending maintenance first
-    /// so the count is current: not for the hot path).
+    /// Keys currently held (exact; locks each shard in turn: for logs and metrics, not
+    /// the hot path).
     pub fn len(&self) -> u64 {
-        self.buckets.run_pending_tasks();
-        self.buckets.entry_count()
+        self.buckets.len()
     }
 
     /// True when no bucket is held.
@@ -153,7 +145,7 @@ impl LocalBuckets {
 pub fn decide_without_redis(
     local: &LocalBuckets,
     rule: &Rule,
-    key: u128,
+    key: KeyHash,
     cost: u32,
     now_us: f64,
 ) -> Decision {

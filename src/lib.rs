@@ -36,6 +36,7 @@ pub mod metrics_http;
 pub mod protocol;
 pub mod rlimit;
 pub mod server;
+pub mod state_map;
 pub mod store;
 pub mod systemd;
 pub mod throttle;
