@@ -47,11 +47,106 @@ impl LineDecoder {
     }
 }
 
-fn strip_cr(mut line: BytesMut) -> BytesMut {
-    if line.last() == Some(&b'\r') {
-        line.truncate(line.len() - 1);
+/// One item found in place by [`LineDecoder::scan`]: where the line is in the scanned
+/// bytes, or that it was too long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// A complete line at `buf[range]`, without its `\n` and a `\r` just before it.
+    Line(std::ops::Range<usize>),
+    /// A line longer than the limit; its bytes are being discarded up to the next `\n`.
+    TooLong,
+}
+
+/// The content of the line `buf[..end]` without a trailing `\r`.
+fn without_cr(buf: &[u8], end: usize) -> std::ops::Range<usize> {
+    if end > 0 && buf[end - 1] == b'\r' {
+        0..end - 1
+    } else {
+        0..end
     }
-    line
+}
+
+impl LineDecoder {
+    /// Finds the next item at the start of `buf` without copying anything: returns how
+    /// many bytes of `buf` it used up (drop them before the next call; they may be used
+    /// up without an item, while discarding an over-long line) and the item, if a whole
+    /// one is there. At `eof`, a last line without `\n` is an item too. The line of a
+    /// [`Found::Line`] lies within the bytes used up.
+    pub fn scan(&mut self, buf: &[u8], eof: bool) -> (usize, Option<Found>) {
+        let mut used = 0;
+        loop {
+            let rest = &buf[used..];
+            let newline = memchr(&rest[self.scanned.min(rest.len())..]).map(|i| i + self.scanned);
+            if self.discarding {
+                match newline {
+                    Some(i) => {
+                        used += i + 1;
+                        self.discarding = false;
+                        self.scanned = 0;
+                        continue;
+                    }
+                    None => {
+                        self.scanned = 0;
+                        if eof {
+                            self.discarding = false;
+                        }
+                        return (buf.len(), None);
+                    }
+                }
+            }
+            return match newline {
+                Some(i) => {
+                    self.scanned = 0;
+                    let line = without_cr(rest, i);
+                    let found = if line.len() > self.max_line_bytes {
+                        Found::TooLong
+                    } else {
+                        Found::Line(line.start + used..line.end + used)
+                    };
+                    (used + i + 1, Some(found))
+                }
+                // Without a `\n` yet: `max + 1` bytes could still be content plus `\r`,
+                // anything beyond is certainly too long.
+                None if rest.len() > self.max_line_bytes + 1 => {
+                    self.scanned = 0;
+                    self.discarding = !eof;
+                    (buf.len(), Some(Found::TooLong))
+                }
+                // A last line without `\n` is still a request.
+                None if eof && !rest.is_empty() => {
+                    self.scanned = 0;
+                    let line = without_cr(rest, rest.len());
+                    let found = if line.len() > self.max_line_bytes {
+                        Found::TooLong
+                    } else {
+                        Found::Line(line.start + used..line.end + used)
+                    };
+                    (buf.len(), Some(found))
+                }
+                None => {
+                    self.scanned = rest.len();
+                    (used, None)
+                }
+            };
+        }
+    }
+
+    /// [`Self::scan`] for a [`BytesMut`]: the item as an owned [`Frame`], the bytes used
+    /// up taken out of `buf`.
+    fn next_frame(&mut self, buf: &mut BytesMut, eof: bool) -> Option<Frame> {
+        let (used, found) = self.scan(buf, eof);
+        let frame = found.map(|f| match f {
+            Found::Line(range) => Frame::Line(BytesMut::from(&buf[range])),
+            Found::TooLong => Frame::TooLong,
+        });
+        buf.advance(used);
+        frame
+    }
+}
+
+/// The first `\n` in `b`.
+fn memchr(b: &[u8]) -> Option<usize> {
+    b.iter().position(|&c| c == b'\n')
 }
 
 impl Decoder for LineDecoder {
@@ -59,71 +154,11 @@ impl Decoder for LineDecoder {
     type Error = std::io::Error;
 
     fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, std::io::Error> {
-        loop {
-            let newline = buf[self.scanned..]
-                .iter()
-                .position(|&b| b == b'\n')
-                .map(|i| i + self.scanned);
-            if self.discarding {
-                match newline {
-                    Some(i) => {
-                        buf.advance(i + 1);
-                        self.discarding = false;
-                        self.scanned = 0;
-                        continue;
-                    }
-                    None => {
-                        buf.clear();
-                        self.scanned = 0;
-                        return Ok(None);
-                    }
-                }
-            }
-            return Ok(match newline {
-                Some(i) => {
-                    self.scanned = 0;
-                    let mut line = buf.split_to(i + 1);
-                    line.truncate(i);
-                    let line = strip_cr(line);
-                    if line.len() > self.max_line_bytes {
-                        Some(Frame::TooLong)
-                    } else {
-                        Some(Frame::Line(line))
-                    }
-                }
-                // Without a `\n` yet: `max + 1` bytes could still be content plus `\r`,
-                // anything beyond is certainly too long.
-                None if buf.len() > self.max_line_bytes + 1 => {
-                    buf.clear();
-                    self.scanned = 0;
-                    self.discarding = true;
-                    Some(Frame::TooLong)
-                }
-                None => {
-                    self.scanned = buf.len();
-                    None
-                }
-            });
-        }
+        Ok(self.next_frame(buf, false))
     }
 
     fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, std::io::Error> {
-        if let Some(frame) = self.decode(buf)? {
-            return Ok(Some(frame));
-        }
-        // A last line without `\n` is still a request; bytes of a discarded line are not.
-        self.scanned = 0;
-        if buf.is_empty() || self.discarding {
-            buf.clear();
-            self.discarding = false;
-            return Ok(None);
-        }
-        let line = strip_cr(buf.split());
-        Ok(Some(if line.len() > self.max_line_bytes {
-            Frame::TooLong
-        } else {
-            Frame::Line(line)
-        }))
+        Ok(self.next_frame(buf, true))
     }
 }
 

@@ -15,7 +15,7 @@ pub mod reply;
 pub mod request;
 
 pub use error::{printable, ErrorCode, ProtoError};
-pub use frame::{Frame, LineDecoder};
+pub use frame::{Found, Frame, LineDecoder};
 pub use reply::Reply;
 pub use request::{parse, Request, MAX_COST, MAX_KEY_LEN};
 

@@ -4,7 +4,8 @@
 //! Requests are decoded as they arrive and decided concurrently (at most
 //! `server.max_in_flight` at once; beyond that the socket is simply not read, which is
 //! backpressure), while replies go back strictly in request order ([`FuturesOrdered`]).
-//! Ready replies are batched into one write.
+//! Lines are decided where they lie in the read buffer (no copy or allocation per
+//! line), and every reply ready after a read goes out in one write.
 //!
 //! Memory per connection is bounded whatever the client does: the read buffer holds at
 //! most about one line (`server.max_line_bytes`) plus one read, at most
@@ -18,7 +19,7 @@ use super::ConnectionLimits;
 use crate::admission::Peer;
 use crate::clock::BatchClock;
 use crate::limiter::Limiter;
-use crate::protocol::{ErrorCode, Frame, LineDecoder, ProtoError, Reply};
+use crate::protocol::{ErrorCode, Found, LineDecoder, ProtoError, Reply};
 use bytes::BytesMut;
 use futures::stream::{FuturesOrdered, StreamExt};
 use futures::FutureExt;
@@ -27,7 +28,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
-use tokio_util::codec::Decoder;
 use tokio_util::sync::CancellationToken;
 
 /// Replies encoded but not yet written, bytes, beyond which decoding stops until they are
@@ -80,6 +80,8 @@ pub async fn serve(
     let (mut rd, mut wr) = stream.split();
     let mut decoder = LineDecoder::new(limits.max_line_bytes);
     let mut rbuf = BytesMut::with_capacity(4096);
+    // Bytes of `rbuf` already answered; dropped from its front before the next read.
+    let mut used = 0usize;
     let mut wbuf = BytesMut::with_capacity(4096);
     let mut pending: FuturesOrdered<Pending> = FuturesOrdered::new();
     let mut eof = false;
@@ -104,17 +106,15 @@ pub async fn serve(
                 at_bound = true;
                 break;
             }
-            let frame = if eof {
-                decoder.decode_eof(&mut rbuf)?
-            } else {
-                decoder.decode(&mut rbuf)?
-            };
-            if frame.is_some() {
+            let (n, found) = decoder.scan(&rbuf[used..], eof);
+            let at = used;
+            used += n;
+            if found.is_some() {
                 lines_this_turn += 1;
             }
-            match frame {
+            match found {
                 None => break,
-                Some(Frame::TooLong) => {
+                Some(Found::TooLong) => {
                     crate::metrics::error_reply(ErrorCode::TooLong);
                     pending.push_back(Pending::Ready(Some(Reply::Error(ProtoError::new(
                         ErrorCode::TooLong,
@@ -124,9 +124,9 @@ pub async fn serve(
                         ),
                     )))))
                 }
-                Some(Frame::Line(line)) => {
-                    let (reply, is_quit) =
-                        dispatch::handle_with(&limiter, &line, &mut clock, &peer);
+                Some(Found::Line(line)) => {
+                    let line = &rbuf[at + line.start..at + line.end];
+                    let (reply, is_quit) = dispatch::handle_with(&limiter, line, &mut clock, &peer);
                     match reply {
                         // Nothing ahead of it: a ready reply goes straight out, in order,
                         // without a task node in `pending`.
@@ -138,6 +138,12 @@ pub async fn serve(
                     quit = is_quit;
                 }
             }
+        }
+        // What was answered leaves the buffer (a pointer move: the bytes stay until
+        // the next read's `reserve` reuses the room).
+        if used > 0 {
+            bytes::Buf::advance(&mut rbuf, used);
+            used = 0;
         }
         // Collect every reply that is ready now, in order, into one write.
         while let Some(Some(reply)) = pending.next().now_or_never() {
