@@ -1,21 +1,21 @@
-//! The daemon's life: start-up (runtime, metrics, Redis, socket), signals (SIGTERM and
-//! SIGINT stop, SIGHUP reloads), and a graceful shutdown.
+//! The daemon's life: start-up (runtime, metrics, Redis, socket, the optional Envoy
+//! front end), signals ([`crate::signals`]), and a graceful shutdown.
 //!
 //! Everything the process does between parsing its command line and exiting; `main.rs`
 //! only parses the CLI, sets up logging and calls [`run`].
 
-use crate::config::{diff, Config, OnRedisFailure, RedisMode};
+use crate::config::{Config, OnRedisFailure, RedisMode};
 use crate::limiter::Limiter;
 use crate::metrics;
 use crate::server::{self, BindError, ConnectionLimits};
+use crate::signals::{self, Reloader, Signals};
 use crate::store::health::Circuit;
 use crate::store::hosts::{Heartbeat, HEARTBEAT_EVERY};
 use crate::store::{Store, StoreError};
 use crate::systemd::{self, ActivationError};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
 /// How long start-up waits for Redis before serving from local buckets.
@@ -126,15 +126,16 @@ async fn serve(config_path: PathBuf, config: Config) -> Result<(), StartError> {
     });
 
     let shutdown = CancellationToken::new();
-    let signals = tokio::spawn(handle_signals(
-        signals,
-        config_path,
-        config.clone(),
-        Arc::clone(&limiter),
+    let envoy = crate::envoy::start(&config, &limiter, shutdown.clone()).await?;
+    let reloader = Reloader {
+        path: config_path,
+        current: config.clone(),
+        limiter: Arc::clone(&limiter),
         store,
-        shutdown.clone(),
+        envoy: envoy.as_ref().map(|(rls, _)| Arc::clone(rls)),
         status,
-    ));
+    };
+    let signals = tokio::spawn(signals::handle(signals, reloader, shutdown.clone()));
     let limits = ConnectionLimits::from(&config.server);
     let serving = server::serve(listener, limiter, limits, shutdown.clone());
     tokio::pin!(serving);
@@ -147,6 +148,11 @@ async fn serve(config_path: PathBuf, config: Config) -> Result<(), StartError> {
         }
     }
     signals.abort();
+    if let Some((_, server)) = envoy {
+        // Its calls in flight finish (bounded by redis.timeout_ms), then it removes its
+        // socket file.
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, server).await;
+    }
     if let Some(supervisor) = supervisor {
         supervisor.abort();
     }
@@ -310,90 +316,4 @@ async fn start_redis(config: &Config) -> Result<(Option<Arc<Store>>, Arc<Circuit
         tracing::info!(mode = ?config.redis.mode, %nodes, "connected to Redis; scripts loaded on every primary");
     }
     Ok((Some(store), circuit))
-}
-
-/// The signals the daemon handles, registered (so their default action no longer
-/// applies) before anything slow happens.
-struct Signals {
-    term: Signal,
-    int: Signal,
-    hup: Signal,
-}
-
-impl Signals {
-    fn install() -> std::io::Result<Signals> {
-        Ok(Signals {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-            hup: signal(SignalKind::hangup())?,
-        })
-    }
-}
-
-/// SIGTERM/SIGINT: graceful stop. SIGHUP: reload the rules from `config_path`; a bad
-/// file is logged and the rules in force stay.
-async fn handle_signals(
-    mut signals: Signals,
-    config_path: PathBuf,
-    mut current: Config,
-    limiter: Arc<Limiter>,
-    store: Option<Arc<Store>>,
-    shutdown: CancellationToken,
-    status: Arc<systemd::Status>,
-) {
-    loop {
-        tokio::select! {
-            _ = signals.term.recv() => { tracing::info!("SIGTERM: finishing in-flight requests and stopping"); break }
-            _ = signals.int.recv() => { tracing::info!("SIGINT: finishing in-flight requests and stopping"); break }
-            _ = signals.hup.recv() => {
-                systemd::notify_reloading();
-                let error;
-                (current, error) = reload(&config_path, current, &limiter);
-                if let Some(store) = &store {
-                    reload_secrets(store, &current).await;
-                }
-                metrics::reload(error.is_none());
-                status.reloaded(current.rules.len(), error);
-                systemd::notify_ready(&status.line());
-            }
-        }
-    }
-    systemd::notify_stopping();
-    shutdown.cancel();
-}
-
-/// Re-reads the config; applies the rules, reports settings that need a restart. Returns
-/// the configuration in force and, if the file was rejected, why.
-fn reload(path: &Path, current: Config, limiter: &Limiter) -> (Config, Option<String>) {
-    let new = match Config::load(path) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!("SIGHUP: new configuration rejected, the old one stays in force: {e}");
-            return (current, Some(e.to_string()));
-        }
-    };
-    for what in diff::needs_restart(&current, &new) {
-        tracing::warn!(
-            "SIGHUP: {what} changed; it needs a restart to apply (the running value stays)"
-        );
-    }
-    limiter.replace_rules(new.rules.clone());
-    tracing::info!(rules = new.rules.len(), "SIGHUP: configuration reloaded");
-    (diff::applied(current, new), None)
-}
-
-/// Re-reads the Redis password and TLS files and reconnects, so a fixed password or
-/// certificate applies without a restart; a file that cannot be used is logged and the
-/// material in force stays.
-async fn reload_secrets(store: &Store, config: &Config) {
-    match store.reload_secrets(&config.redis).await {
-        Ok(warnings) => {
-            for warning in warnings {
-                tracing::warn!("SIGHUP: {warning}");
-            }
-        }
-        Err(e) => tracing::error!(
-            "SIGHUP: Redis credentials or certificates not reloaded, the old ones stay in force: {e}"
-        ),
-    }
 }

@@ -17,8 +17,9 @@
 //! * [`cache`]: the deny cache; [`fallback`]: local buckets, fail-open, fail-closed;
 //! * [`store`]: Redis: client, scripts, health (circuit and prober);
 //! * [`server`]: the socket, connections, dispatch of a line to the limiter;
+//! * [`envoy`]: the Envoy Rate Limit Service (gRPC) front end and its YAML limits;
 //! * [`metrics`]: Prometheus metrics (opt-in), served by [`metrics_http`];
-//! * [`daemon`]: start-up, signals, reload, shutdown; [`rlimit`]: the descriptor budget; [`systemd`]: notify, watchdog,
+//! * [`daemon`]: start-up, shutdown; [`signals`]: SIGTERM, SIGHUP and the reload; [`rlimit`]: the descriptor budget; [`systemd`]: notify, watchdog,
 //!   socket activation.
 
 pub mod admission;
@@ -28,6 +29,7 @@ pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod decision;
+pub mod envoy;
 pub mod fallback;
 pub mod key;
 pub mod limiter;
@@ -36,6 +38,7 @@ pub mod metrics_http;
 pub mod protocol;
 pub mod rlimit;
 pub mod server;
+pub mod signals;
 pub mod state_map;
 pub mod store;
 pub mod systemd;

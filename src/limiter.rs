@@ -39,6 +39,30 @@ pub type Rules = HashMap<String, Arc<Rule>>;
 struct Entry {
     rule: Arc<Rule>,
     counters: DecisionCounters,
+    /// Not in the table of named rules ([`Detached`]).
+    detached: bool,
+}
+
+/// A rule decided outside the table of named rules, by [`Limiter::check_detached`]:
+/// the Envoy front end's limits. Same flow, same guarantees; its decisions are counted
+/// under its rule's name. Its access lists are not checked (the front end has its own).
+pub struct Detached(Arc<Entry>);
+
+impl Detached {
+    /// `rule` with its counters (register after the metrics recorder is installed).
+    pub fn new(rule: Arc<Rule>) -> Self {
+        let counters = DecisionCounters::new(&rule.name);
+        Detached(Arc::new(Entry {
+            rule,
+            counters,
+            detached: true,
+        }))
+    }
+
+    /// The rule.
+    pub fn rule(&self) -> &Arc<Rule> {
+        &self.0.rule
+    }
 }
 
 /// The rules in force as the limiter holds them (looked up once per request: foldhash,
@@ -50,7 +74,15 @@ fn activate(rules: Rules) -> Active {
         .into_iter()
         .map(|(name, rule)| {
             let counters = DecisionCounters::new(&name);
-            (name, Arc::new(Entry { rule, counters }))
+            let detached = false;
+            (
+                name,
+                Arc::new(Entry {
+                    rule,
+                    counters,
+                    detached,
+                }),
+            )
         })
         .collect()
 }
@@ -190,10 +222,34 @@ impl Limiter {
         else {
             return Check::Ready(Err(CheckError::UnknownRule));
         };
+        self.check_entry(entry, key, cost, clock, peer)
+    }
+
+    /// Decides `cost` units of `key` under a [`Detached`] rule, as [`Limiter::check`]
+    /// does for a named rule.
+    pub fn check_detached(
+        self: &Arc<Self>,
+        rule: &Detached,
+        key: &[u8],
+        cost: u32,
+        clock: &mut BatchClock,
+        peer: &Peer,
+    ) -> Check {
+        self.check_entry(&rule.0, key, cost, clock, peer)
+    }
+
+    fn check_entry(
+        self: &Arc<Self>,
+        entry: &Arc<Entry>,
+        key: &[u8],
+        cost: u32,
+        clock: &mut BatchClock,
+        peer: &Peer,
+    ) -> Check {
         let rule = &entry.rule;
         // Against the rules in force for this request: a reload that removes a uid
         // applies to connections already open.
-        if !peer.may(&rule.access) {
+        if !entry.detached && !peer.may(&rule.access) {
             return Check::Ready(Err(CheckError::Forbidden {
                 rule: rule.name.clone(),
                 uid: peer.uid,
@@ -293,9 +349,10 @@ impl Limiter {
                     // Not if a reload replaced the rule meanwhile: the reload cleared
                     // the cache, and this DENY was computed with the old limits.
                     let current = this.rules.load();
-                    if current
-                        .get(&rule.name)
-                        .is_some_and(|e| Arc::ptr_eq(e, &entry))
+                    if entry.detached
+                        || current
+                            .get(&rule.name)
+                            .is_some_and(|e| Arc::ptr_eq(e, &entry))
                     {
                         this.cache.remember(key, cost, &d, asked_us);
                     }

@@ -69,8 +69,16 @@ fn main() -> ExitCode {
         }
     };
     if cli.check {
+        let envoy = match (&config.envoy.listen, &config.envoy.limits) {
+            (Some(listen), Some(l)) => format!(
+                ", envoy {listen}: {} domains, {} limits",
+                l.domains.len(),
+                l.all.len()
+            ),
+            _ => String::new(),
+        };
         println!(
-            "{}: OK ({} rules, redis.mode = {:?}, socket {})",
+            "{}: OK ({} rules, redis.mode = {:?}, socket {}{envoy})",
             config_path.display(),
             config.rules.len(),
             config.redis.mode,

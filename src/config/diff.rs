@@ -1,6 +1,7 @@
-//! What a reload changes: the rules and `[fallback] hosts` apply at once; every other
-//! setting needs a restart, and a reload names each one that changed.
+//! What a reload changes: the rules, `[fallback] hosts` and the Envoy limits apply at
+//! once; every other setting needs a restart, and a reload names each one that changed.
 
+use super::envoy::EnvoyConfig;
 use super::{Config, FallbackConfig};
 
 /// The settings that differ between `current` and `new` but only apply on a restart,
@@ -60,6 +61,7 @@ pub fn needs_restart(current: &Config, new: &Config) -> Vec<&'static str> {
             new.metrics.max_connections != current.metrics.max_connections,
             "metrics.max_connections",
         ),
+        (new.envoy.listen != current.envoy.listen, "envoy.listen"),
     ]
     .into_iter()
     // A field without a line above is still reported, by its section.
@@ -80,16 +82,25 @@ pub fn needs_restart(current: &Config, new: &Config) -> Vec<&'static str> {
 }
 
 /// The configuration in force after reloading `new` over `current`: `new`'s rules and
-/// `[fallback] hosts` (it reaches the rules through their `fallback_hosts`), `current`'s
-/// everything else.
+/// `[fallback] hosts` (it reaches the rules through their `fallback_hosts`), `new`'s
+/// Envoy limits when it has some (`[envoy] listen` set), `current`'s everything else.
 pub fn applied(current: Config, new: Config) -> Config {
     let fallback = FallbackConfig {
         hosts: new.fallback.hosts,
         max_keys: current.fallback.max_keys,
     };
+    let envoy = if new.envoy.limits.is_some() {
+        EnvoyConfig {
+            listen: current.envoy.listen.clone(),
+            ..new.envoy
+        }
+    } else {
+        current.envoy.clone()
+    };
     Config {
         rules: new.rules,
         fallback,
+        envoy,
         ..current
     }
 }

@@ -4,11 +4,13 @@
 //! Unknown fields and bad values are errors that name the field and its line.
 //! * [`settings`]: `[server]`, `[redis]`, `[cache]`, `[fallback]`, `[metrics]`;
 //! * [`rules`]: the `[[rule]]` tables;
+//! * [`envoy`]: `[envoy]`, the Envoy Rate Limit Service front end;
 //! * [`de`]: the serde helpers and range checks;
 //! * [`diff`]: what a reload may change and what needs a restart.
 
 mod de;
 pub mod diff;
+pub mod envoy;
 pub mod rules;
 pub mod settings;
 
@@ -94,6 +96,8 @@ struct RawConfig {
     metrics: MetricsConfig,
     #[serde(default)]
     rule: Vec<Spanned<rules::RawRule>>,
+    #[serde(default)]
+    envoy: envoy::RawEnvoyConfig,
 }
 
 /// A complete, validated configuration.
@@ -111,16 +115,28 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// Rules by name.
     pub rules: HashMap<String, Arc<Rule>>,
+    /// `[envoy]`.
+    pub envoy: envoy::EnvoyConfig,
 }
 
 impl Config {
-    /// Reads and validates the file at `path`.
+    /// Reads and validates the file at `path`, and the Envoy limits (`[envoy]
+    /// config_dir` and `[[envoy.descriptor]]`) when `[envoy] listen` is set.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
         })?;
-        Config::parse(&text, &path.display().to_string())
+        let mut config = Config::parse(&text, &path.display().to_string())?;
+        if config.envoy.listen.is_some() {
+            let limits = crate::envoy::load::load(
+                config.envoy.config_dir.as_deref(),
+                &config.envoy.descriptors,
+                config.fallback.hosts,
+            )?;
+            config.envoy.limits = Some(Arc::new(limits));
+        }
+        Ok(config)
     }
 
     /// Parses and validates `text`; `origin` names it in errors (a path).
@@ -147,6 +163,7 @@ impl Config {
             let rule = r.validate(i, spanned.span(), raw.fallback.hosts, &at)?;
             rules.insert(rule.name.clone(), Arc::new(rule));
         }
+        let envoy = raw.envoy.validate(&rules, &at)?;
         Ok(Config {
             server: raw.server,
             redis,
@@ -154,6 +171,7 @@ impl Config {
             fallback: raw.fallback,
             metrics: raw.metrics,
             rules,
+            envoy,
         })
     }
 

@@ -1,0 +1,167 @@
+//! `[envoy]`: the optional Envoy Rate Limit Service front end (docs/ENVOY.md): where it
+//! listens, where envoyproxy/ratelimit's YAML files are, and which TOML rules decide
+//! which descriptors (`[[envoy.descriptor]]`).
+//!
+//! Only the TOML side is parsed here; the YAML files are read by
+//! [`crate::envoy::limits`] when the whole configuration is loaded ([`super::Config::load`]),
+//! so a reload applies TOML and YAML together or neither.
+
+use super::{ConfigError, Locator, Rule};
+use serde::{Deserialize, Deserializer};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use toml::Spanned;
+
+/// Where the gRPC server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvoyListen {
+    /// A TCP address (`"127.0.0.1:8081"`); keep it on loopback or a private network:
+    /// the RLS API has no authentication.
+    Tcp(SocketAddr),
+    /// A Unix stream socket (`"unix:/run/ratelimitd/rls.sock"`), created like
+    /// `server.socket` with `server.socket_mode`.
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for EnvoyListen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EnvoyListen::Tcp(a) => write!(f, "{a}"),
+            EnvoyListen::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+fn de_envoy_listen<'de, D: Deserializer<'de>>(d: D) -> Result<Option<EnvoyListen>, D::Error> {
+    let s = String::deserialize(d)?;
+    if let Some(path) = s.strip_prefix("unix:") {
+        if !path.starts_with('/') {
+            return Err(serde::de::Error::custom(format!(
+                "envoy.listen = \"{s}\": a Unix socket needs an absolute path (\"unix:/run/ratelimitd/rls.sock\")"
+            )));
+        }
+        return Ok(Some(EnvoyListen::Unix(PathBuf::from(path))));
+    }
+    s.parse().map(|a| Some(EnvoyListen::Tcp(a))).map_err(|_| {
+        serde::de::Error::custom(format!(
+            "envoy.listen = \"{s}\": expected \"ip:port\" (\"127.0.0.1:8081\") or \"unix:/path\""
+        ))
+    })
+}
+
+/// `[[envoy.descriptor]]` as written: a descriptor path decided by a TOML rule, so a
+/// descriptor can use any of the five algorithms.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDescriptorRule {
+    domain: Spanned<String>,
+    entries: Spanned<Vec<String>>,
+    rule: Spanned<String>,
+    #[serde(default)]
+    shadow_mode: bool,
+}
+
+/// A validated `[[envoy.descriptor]]`: the descriptor path
+/// `entries` (each `key` or `key=value`, a value may hold `*` wildcards, as in the YAML
+/// files) in `domain` is decided by `rule`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DescriptorRule {
+    /// The domain.
+    pub domain: String,
+    /// `(key, value)` per level; an empty value is the bare key (a counter per value).
+    pub entries: Vec<(String, String)>,
+    /// The TOML rule deciding it.
+    pub rule: Arc<Rule>,
+    /// Over-limit answers are turned into OK (counted in the metrics).
+    pub shadow_mode: bool,
+    /// `envoy.descriptor[i]` and its line, for errors found when merging with the YAML.
+    pub origin: String,
+}
+
+/// `[envoy]` as written.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawEnvoyConfig {
+    #[serde(deserialize_with = "de_envoy_listen")]
+    listen: Option<EnvoyListen>,
+    config_dir: Option<PathBuf>,
+    descriptor: Vec<Spanned<RawDescriptorRule>>,
+}
+
+/// `[envoy]`, validated. Off (no `listen`) by default.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EnvoyConfig {
+    /// Where the RLS gRPC server listens; `None`: no server.
+    pub listen: Option<EnvoyListen>,
+    /// Directory whose `*.yaml` / `*.yml` files are envoyproxy/ratelimit configuration.
+    pub config_dir: Option<PathBuf>,
+    /// Descriptors decided by TOML rules.
+    pub descriptors: Vec<DescriptorRule>,
+    /// The limits of every domain, loaded from `config_dir` and `descriptors` by
+    /// [`super::Config::load`] (`None` from [`super::Config::parse`], which reads no
+    /// other file).
+    pub limits: Option<crate::envoy::limits::Shared>,
+}
+
+impl RawEnvoyConfig {
+    /// Checks the descriptor rules against `rules` (by name).
+    pub(super) fn validate(
+        self,
+        rules: &HashMap<String, Arc<Rule>>,
+        at: &Locator,
+    ) -> Result<EnvoyConfig, ConfigError> {
+        let mut descriptors = Vec::with_capacity(self.descriptor.len());
+        for (i, d) in self.descriptor.iter().enumerate() {
+            let span = d.span();
+            let d = d.get_ref();
+            let field = |f: &str| format!("envoy.descriptor[{i}].{f}");
+            if d.domain.get_ref().is_empty() {
+                return Err(at.invalid(d.domain.span(), &field("domain"), "is empty"));
+            }
+            let Some(rule) = rules.get(d.rule.get_ref()) else {
+                return Err(at.invalid(
+                    d.rule.span(),
+                    &field("rule"),
+                    &format!("no [[rule]] is named '{}'", d.rule.get_ref()),
+                ));
+            };
+            if d.entries.get_ref().is_empty() {
+                return Err(at.invalid(d.entries.span(), &field("entries"), "is empty"));
+            }
+            let mut entries = Vec::new();
+            for e in d.entries.get_ref() {
+                let (key, value) = e.split_once('=').unwrap_or((e.as_str(), ""));
+                if key.is_empty() {
+                    return Err(at.invalid(
+                        d.entries.span(),
+                        &field("entries"),
+                        &format!("'{e}': expected \"key\" or \"key=value\""),
+                    ));
+                }
+                entries.push((key.to_owned(), value.to_owned()));
+            }
+            let line = at.invalid(span, "", "");
+            let origin = match line {
+                ConfigError::Invalid { path, line, .. } => {
+                    format!("{path}:{line}: envoy.descriptor[{i}]")
+                }
+                other => other.to_string(),
+            };
+            descriptors.push(DescriptorRule {
+                domain: d.domain.get_ref().clone(),
+                entries,
+                rule: Arc::clone(rule),
+                shadow_mode: d.shadow_mode,
+                origin,
+            });
+        }
+        Ok(EnvoyConfig {
+            listen: self.listen,
+            config_dir: self.config_dir,
+            descriptors,
+            limits: None,
+        })
+    }
+}

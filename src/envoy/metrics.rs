@@ -1,0 +1,81 @@
+//! The Envoy front end's metrics (docs/METRICS.md), by domain and descriptor.
+//!
+//! Labels take only configured values, so the series stay as many as the limits
+//! configured: `descriptor` is a limit's configured path (`domain.key_value.key`, the
+//! stats key envoyproxy/ratelimit uses), never a request's values; a request for a
+//! domain that no file configures is counted under `domain="unknown"`. The decisions
+//! behind each limit (source `redis`, `cache`, `local`) are also counted in
+//! `ratelimitd_decisions_total` under the limit's rule name.
+
+use super::limits::Limits;
+use metrics::{counter, Counter};
+
+/// Descriptors answered, by domain × descriptor × code (`ok`, `over_limit`,
+/// `shadow_over_limit`: over limit but answered OK, `unlimited`, `no_limit`).
+pub const DESCRIPTORS: &str = "ratelimitd_envoy_descriptors_total";
+/// `ShouldRateLimit` calls, by overall code (`ok`, `over_limit`) or `error`.
+pub const REQUESTS: &str = "ratelimitd_envoy_requests_total";
+
+/// Describes the series (once, after the recorder is installed).
+pub fn describe() {
+    metrics::describe_counter!(
+        DESCRIPTORS,
+        "Envoy RLS descriptors answered, by domain, configured descriptor and code"
+    );
+    metrics::describe_counter!(REQUESTS, "Envoy RLS calls, by overall code");
+}
+
+/// The counters of one configured limit: `[ok, over_limit, shadow_over_limit, unlimited]`.
+pub struct LimitCounters([Counter; 4]);
+
+/// What a descriptor got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Within its limit.
+    Ok = 0,
+    /// Over its limit.
+    OverLimit = 1,
+    /// Over its limit, answered OK (`shadow_mode`).
+    ShadowOverLimit = 2,
+    /// `unlimited: true`.
+    Unlimited = 3,
+}
+
+impl LimitCounters {
+    /// Registers the counters of every limit of `limits`, by limit id.
+    pub fn of(limits: &Limits) -> Vec<LimitCounters> {
+        limits
+            .all
+            .iter()
+            .map(|l| {
+                let domain = l.domain.clone();
+                LimitCounters(["ok", "over_limit", "shadow_over_limit", "unlimited"].map(
+                    |code| {
+                        counter!(DESCRIPTORS, "domain" => domain.clone(), "descriptor" => l.path.clone(), "code" => code)
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// Counts one descriptor.
+    pub fn record(&self, outcome: Outcome) {
+        self.0[outcome as usize].increment(1);
+    }
+}
+
+/// Counts a descriptor that matched no limit: `domain` if configured, else `unknown`.
+pub fn no_limit(limits: &Limits, domain: &str) {
+    let domain = if limits.domains.contains_key(domain) {
+        domain.to_owned()
+    } else {
+        "unknown".to_owned()
+    };
+    counter!(DESCRIPTORS, "domain" => domain, "descriptor" => "", "code" => "no_limit")
+        .increment(1);
+}
+
+/// Counts one call by its overall code (`ok`, `over_limit`, `error`).
+pub fn request(code: &'static str) {
+    counter!(REQUESTS, "code" => code).increment(1);
+}
