@@ -1,10 +1,11 @@
 -- Prepended to every script in lua/ (src/store/redis.rs joins them at build time:
 -- a Redis script cannot import another). Scripts run on the Redis clock.
 --
--- ARGV[4]  optional: "now" in µs. Only tests pass it; production uses Redis TIME.
+-- ARGV[4]  optional: "now" in µs. Only tests pass it; production uses Redis TIME (and
+--          sends "" when later arguments follow, as the lease scripts' do).
 -- Needs Redis >= 5 (script effects replication, so TIME may precede writes).
 local now
-if ARGV[4] then
+if ARGV[4] and ARGV[4] ~= '' then
   now = tonumber(ARGV[4])
 else
   local t = redis.call('TIME')

@@ -17,16 +17,20 @@ pub enum Source {
     FailOpen,
     /// Redis unreachable and the rule says `on_redis_failure = "deny"`.
     FailClosed,
+    /// Paid from (or, saturated, refused by) a lease this daemon holds on the key
+    /// (`lease = "auto"`).
+    Lease,
 }
 
 impl Source {
     /// Every source, in a fixed order (metrics keep one counter per source).
-    pub const ALL: [Source; 5] = [
+    pub const ALL: [Source; 6] = [
         Source::Redis,
         Source::Cache,
         Source::Local,
         Source::FailOpen,
         Source::FailClosed,
+        Source::Lease,
     ];
 
     /// The name on the wire and in metrics labels.
@@ -37,6 +41,7 @@ impl Source {
             Source::Local => "local",
             Source::FailOpen => "fail_open",
             Source::FailClosed => "fail_closed",
+            Source::Lease => "lease",
         }
     }
 

@@ -14,6 +14,7 @@
 //! * [`config`]: the TOML configuration, its validation, what a reload changes;
 //! * [`algorithm`]: the algorithms as pure functions and their table (Lua twins in `lua/`);
 //! * [`limiter`]: the decision flow: deny cache → Redis → local;
+//! * [`lease`]: token leases of hot keys (`lease = "auto"`), their per-key state;
 //! * [`cache`]: the deny cache; [`fallback`]: local buckets, fail-open, fail-closed;
 //! * [`store`]: Redis: client, scripts, health (circuit and prober);
 //! * [`server`]: the socket, connections, dispatch of a line to the limiter;
@@ -32,6 +33,7 @@ pub mod decision;
 pub mod envoy;
 pub mod fallback;
 pub mod key;
+pub mod lease;
 pub mod limiter;
 pub mod metrics;
 pub mod metrics_http;

@@ -14,6 +14,8 @@
 //!                                                                           └► error of this key only: on_redis_failure
 //! ```
 
+mod lease;
+
 use crate::admission::{Peer, UntilDone};
 use crate::cache::DenyCache;
 use crate::clock::{local_clock_us, BatchClock};
@@ -99,6 +101,9 @@ pub struct Limiter {
     redis_calls: RedisCalls,
     /// Turns a tag into the key of the deny cache and the local buckets, once a request.
     keys: TagKey,
+    /// This daemon's leases (rules with `lease = "auto"`), and whether their sweeper runs.
+    leases: crate::lease::Book<lease::Home>,
+    sweeper: std::sync::OnceLock<()>,
 }
 
 /// Per-key Redis errors are logged at most this often.
@@ -184,6 +189,8 @@ impl Limiter {
             key_errors: Throttle::new(KEY_ERROR_LOG_INTERVAL),
             redis_calls: RedisCalls::default(),
             keys: TagKey::default(),
+            leases: crate::lease::Book::new(crate::lease::new_holder_id()),
+            sweeper: std::sync::OnceLock::new(),
         }
     }
 
@@ -285,6 +292,9 @@ impl Limiter {
                     .decide(key, rule.limit(), &rule.params, cost, now),
             );
         };
+        if rule.lease {
+            return self.check_leased(entry, redis, tag, key, cost, peer);
+        }
         if let Some(cached) = self.cache.lookup(key, cost, clock.now_us()) {
             return decided(cached);
         }

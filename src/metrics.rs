@@ -101,7 +101,7 @@ fn describe() {
 /// The decision counters of one rule: one handle per verdict × source.
 pub struct DecisionCounters {
     /// `[allowed as usize][source index]`.
-    by: [[Counter; 5]; 2],
+    by: [[Counter; Source::ALL.len()]; 2],
 }
 
 impl DecisionCounters {

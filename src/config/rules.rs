@@ -41,6 +41,7 @@ pub(super) struct RawRule {
     fallback_hosts: Option<Spanned<u32>>,
     allow_uids: Option<Spanned<Vec<i64>>>,
     allow_gids: Option<Spanned<Vec<i64>>>,
+    lease: Option<Spanned<String>>,
 }
 
 /// A validated rule.
@@ -67,6 +68,9 @@ pub struct Rule {
     /// Peers that may `CHECK` this rule (`allow_uids` / `allow_gids`; both empty: every
     /// peer the server admits). Others get `ERR PERM`.
     pub access: PeerAccess,
+    /// `lease = "auto"`: hot keys are answered from leases (docs/DESIGN.md "Leases");
+    /// `"off"` (the default): every decision is a script call.
+    pub lease: bool,
 }
 
 impl Rule {
@@ -87,6 +91,7 @@ impl Rule {
             fallback_params: algorithm.params(fallback_hosts),
             window_ms: algorithm.window_ms(),
             access: PeerAccess::default(),
+            lease: false,
         }
     }
 
@@ -143,11 +148,49 @@ impl RawRule {
             fallback_hosts.floor(),
         );
         rule.fallback_auto = fallback_hosts == Hosts::Auto;
+        rule.lease = self.lease(&algorithm, &field, at)?;
         rule.access = PeerAccess {
             uids: ids(&self.allow_uids, &field("allow_uids"), at)?,
             gids: ids(&self.allow_gids, &field("allow_gids"), at)?,
         };
         Ok(rule)
+    }
+
+    /// `lease`: `"auto"` (true) or `"off"` (false, the default). Only the algorithms whose
+    /// count a lease can keep exact take one: a sliding window log records each unit's
+    /// own time, which a unit spent later from a lease would not have; a leaky bucket
+    /// shapes each request on its own.
+    fn lease(
+        &self,
+        algorithm: &Algorithm,
+        field: &dyn Fn(&str) -> String,
+        at: &Locator,
+    ) -> Result<bool, ConfigError> {
+        let Some(lease) = &self.lease else {
+            return Ok(false);
+        };
+        let on = match lease.get_ref().as_str() {
+            "auto" => true,
+            "off" => false,
+            other => {
+                return Err(at.invalid(
+                    lease.span(),
+                    &field("lease"),
+                    &format!("'{other}' must be \"auto\" or \"off\""),
+                ))
+            }
+        };
+        if on && crate::store::scripts::lease_lua(algorithm.kind).is_none() {
+            return Err(at.invalid(
+                lease.span(),
+                &field("lease"),
+                &format!(
+                    "{} cannot take leases (only token_bucket, fixed_window and sliding_window_counter can keep a leased budget exact); remove 'lease' or set it to \"off\"",
+                    algorithm.kind.as_str()
+                ),
+            ));
+        }
+        Ok(on)
     }
 
     /// The algorithm with its parameters, each checked and named in errors.

@@ -6,6 +6,7 @@
 //! * [`topology`]: one connection per primary and the slot map;
 //! * [`health`]: whether a primary may be asked (its breaker; the daemon-wide view);
 //! * [`lateness`]: whether this process itself was late (event-loop lag);
+//! * [`lease`]: the lease call (`lease = "auto"`);
 //! * [`hosts`]: the daemons alive, for `fallback.hosts = "auto"` (a heartbeat).
 //!
 //! The limiter sees [`Store`], [`StoreKey`] and [`StoreError`] only: it never names the
@@ -18,6 +19,7 @@ pub mod credentials;
 pub mod health;
 pub mod hosts;
 pub mod lateness;
+pub mod lease;
 pub mod redis;
 mod refresh;
 pub mod scripts;

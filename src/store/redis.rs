@@ -343,9 +343,9 @@ impl RedisStore {
     /// # Errors
     /// What Redis or the connection reported, a timeout, a redirection (the slot moved:
     /// decided locally, the map is refreshed), or a malformed script reply.
-    pub async fn bounded<F>(&self, primary: &Primary, call: &mut F) -> Result<Outcome, StoreError>
+    pub async fn bounded<F, T>(&self, primary: &Primary, call: &mut F) -> Result<T, StoreError>
     where
-        F: Future<Output = Result<Outcome, Error>> + Unpin,
+        F: Future<Output = Result<T, Error>> + Unpin,
     {
         let mut waited_from = mono_us();
         let mut excused = false;
@@ -426,7 +426,7 @@ impl RedisStore {
 
     /// Loads the scripts on `primary` again after a `NOSCRIPT`, unless another decision
     /// already did since `seen` (the reload generation it read before its EVALSHA).
-    async fn reload_scripts(&self, primary: &Primary, seen: u64) -> Result<(), Error> {
+    pub(super) async fn reload_scripts(&self, primary: &Primary, seen: u64) -> Result<(), Error> {
         let _one_at_a_time = primary.reload_lock.lock().await;
         if primary.reloads.load(Ordering::Acquire) == seen {
             self.load_scripts(&primary.client).await?;

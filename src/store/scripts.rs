@@ -2,30 +2,56 @@
 //! algorithm's Lua twin, from the algorithm table), the key and its suffix, the
 //! arguments, and how the reply is read.
 //!
-//! Nothing here is per algorithm: a new algorithm's `SPEC` and `Shape` give all of it.
+//! Nothing here is per algorithm: a new algorithm's `SPEC` and `Shape` give all of it,
+//! except the lease scripts (`lua/lease_*.lua`), listed in [`lease_lua`].
 
-use crate::algorithm::{Arg, Kind, Outcome, Params};
+use crate::algorithm::{Arg, Family, Kind, Outcome, Params, MICRO};
+use crate::lease::{Ask, Granted};
 use fred::error::{Error, ErrorKind};
 use fred::types::scripts::Script;
 use fred::types::Value;
 
-/// Every algorithm's script, loaded together, indexed by [`Kind`].
+/// Every algorithm's script, then every lease script, loaded together.
 pub struct Scripts(Vec<Script>);
 
+/// The lease script of an algorithm that takes leases (`lease = "auto"`): prelude, the
+/// shared lease bookkeeping, then the algorithm's own part. `None` for the others.
+pub fn lease_lua(kind: Kind) -> Option<&'static str> {
+    macro_rules! lease {
+        ($name:literal) => {
+            concat!(
+                include_str!("../../lua/prelude.lua"),
+                include_str!("../../lua/lease.lua"),
+                include_str!(concat!("../../lua/lease_", $name, ".lua"))
+            )
+        };
+    }
+    match kind {
+        Kind::TokenBucket => Some(lease!("token_bucket")),
+        Kind::FixedWindow => Some(lease!("fixed_window")),
+        Kind::SlidingWindowCounter => Some(lease!("sliding_window_counter")),
+        Kind::LeakyBucket | Kind::SlidingWindowLog => None,
+    }
+}
+
 impl Scripts {
-    /// The scripts of every algorithm in the table (their SHA1 computed once).
+    /// The scripts of every algorithm in the table and the lease scripts (their SHA1
+    /// computed once).
     pub fn new() -> Self {
-        Scripts(
-            Kind::ALL
-                .iter()
-                .map(|k| Script::from_lua(k.spec().lua))
-                .collect(),
-        )
+        let decisions = Kind::ALL.iter().map(|k| k.spec().lua);
+        let leases = Kind::ALL.iter().map(|k| lease_lua(*k).unwrap_or(""));
+        Scripts(decisions.chain(leases).map(Script::from_lua).collect())
     }
 
     /// The script of `kind`.
     pub fn of(&self, kind: Kind) -> &Script {
         &self.0[kind as usize]
+    }
+
+    /// The lease script of `kind` (an empty script for algorithms without leases:
+    /// config validation never lets such a rule take leases).
+    pub fn lease_of(&self, kind: Kind) -> &Script {
+        &self.0[Kind::ALL.len() + kind as usize]
     }
 
     /// Every script.
@@ -94,6 +120,49 @@ pub fn outcome(reply: &[i64]) -> Result<Outcome, Error> {
         _ => Err(Error::new(
             ErrorKind::Parse,
             format!("script returned {reply:?}, expected 4 integers"),
+        )),
+    }
+}
+
+/// The lease script's arguments: the decision's three, `""` for "now" (Redis TIME), then
+/// the lease's (holder, grant given back, unspent, wanted, lifetime µs, hosts asking),
+/// units scaled to µ-units for buckets as costs are.
+pub fn lease_args(params: &Params, cost: u32, ask: &Ask) -> Vec<Value> {
+    let scale = unit_scale(params);
+    let mut args = args(params, cost);
+    args.push(Value::from(""));
+    args.push(Value::from(&*ask.holder));
+    args.push(Value::Integer(ask.given_back));
+    args.push(Value::Integer((ask.unspent as f64 * scale) as i64));
+    args.push(Value::Integer((ask.want as f64 * scale) as i64));
+    args.push(Value::Integer(ask.lifetime_us as i64));
+    args.push(Value::Integer(i64::from(ask.hosts.max(1))));
+    args
+}
+
+/// Algorithm units per unit of a rule: µ-units for buckets, 1 for windows.
+fn unit_scale(params: &Params) -> f64 {
+    match params.kind().spec().family {
+        Family::Bucket { .. } => MICRO,
+        Family::Window { .. } => 1.0,
+    }
+}
+
+/// Reads a lease script's reply: the decision's four integers, then granted units (whole
+/// units of the rule), the lease's lifetime in µs and its grant number.
+pub fn lease_reply(reply: &[i64]) -> Result<(Outcome, Granted), Error> {
+    match *reply {
+        [a, b, c, d, units, lifetime_us, grant] => Ok((
+            outcome(&[a, b, c, d])?,
+            Granted {
+                units: units.max(0) as u64,
+                lifetime_us: lifetime_us.max(0) as u64,
+                grant,
+            },
+        )),
+        _ => Err(Error::new(
+            ErrorKind::Parse,
+            format!("lease script returned {reply:?}, expected 7 integers"),
         )),
     }
 }

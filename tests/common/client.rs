@@ -132,7 +132,14 @@ impl Reply {
 }
 
 /// The sources a CHECK reply may name (docs/PROTOCOL.md §1).
-pub const SOURCES: [&str; 5] = ["redis", "cache", "local", "fail_open", "fail_closed"];
+pub const SOURCES: [&str; 6] = [
+    "redis",
+    "cache",
+    "local",
+    "fail_open",
+    "fail_closed",
+    "lease",
+];
 
 /// Parse `ALLOW|DENY <limit> <remaining> <reset_ms> <wait_ms> <source> [extra…]`
 /// (single spaces, as the daemon writes them; extra fields ignored).

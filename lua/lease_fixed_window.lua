@@ -1,0 +1,70 @@
+-- Fixed window with leases (docs/DESIGN.md "Leases"): lua/fixed_window.lua's decision,
+-- plus the lease bookkeeping of lua/lease.lua (prepended, with prelude.lua, to this file).
+--
+-- KEYS[1]  fixed_window.lua's hash {w, c, x} plus {n, l:<holder>...}
+-- ARGV     fixed_window.lua's (limit, window µs, cost, now), then lease.lua's (holder,
+--          grant given back, unspent units, wanted units, lifetime µs, hosts asking)
+-- Returns  {allowed, remaining, reset_ms, wait_ms, granted units, lifetime µs, grant}
+--
+-- A lease's units are counted in the window when granted (c += granted) and its
+-- deadline is at most the window's end, so every unit spent from it is spent inside the
+-- window that counted it: the window's count never admits more than `limit`. Unspent
+-- units given back before the deadline are taken off the count (the window is still the
+-- same one, since the deadline is within it); lapsed ones stay counted.
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local fields, leases = read_state(KEYS[1])
+local st_start, st_count = tonumber(fields.w), tonumber(fields.c)
+local st_n = tonumber(fields.n)
+if st_start and st_count then
+  if now < st_start then
+    now = st_start
+  end
+else
+  st_start, st_count = nil, nil
+end
+local start = now - math.fmod(now, window)
+local count = 0
+if st_start == start then
+  count = st_count
+end
+local back = settle_leases(KEYS[1], leases, now)
+if st_start ~= start then
+  back = 0
+end
+count = math.max(count - back, 0)
+
+local allowed = count + cost <= limit
+if allowed then
+  count = count + cost
+end
+local to_end = start + window - now
+local life = math.min(lifetime, to_end)
+local granted = 0
+local grant = 0
+if life >= 1000 then
+  granted = grant_size(math.max(limit - count, 0), 1)
+end
+if granted > 0 then
+  count = count + granted
+  grant = record_lease(KEYS[1], granted, now + life, st_n)
+end
+local reset = 0
+if count > 0 then
+  reset = ceil_ms(to_end)
+end
+local ttl, x = expiry(reset)
+redis.call('HSET', KEYS[1], 'w', string.format('%.0f', start), 'c', string.format('%.0f', count),
+  'x', string.format('%.0f', x))
+redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
+local wait = 0
+if not allowed then
+  if cost > limit then
+    wait = math.max(reset, 1)
+  else
+    wait = ceil_ms(to_end)
+  end
+end
+return {allowed and 1 or 0, math.max(math.floor(limit - count), 0), reset, wait, granted,
+  granted > 0 and life or 0, grant}

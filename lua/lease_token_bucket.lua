@@ -1,0 +1,96 @@
+-- Token bucket with leases (docs/DESIGN.md "Leases"): lua/token_bucket.lua's decision,
+-- on a bucket whose refill is capped at capacity − units out on lease, plus the lease
+-- bookkeeping of lua/lease.lua (prepended, with prelude.lua, to this file).
+--
+-- KEYS[1]  the bucket: token_bucket.lua's hash {t, ts, x} plus {n, l:<holder>...}
+-- ARGV     token_bucket.lua's (capacity µ-tokens, rate tokens/s, cost µ-tokens, now),
+--          then lease.lua's (holder, grant given back, unspent µ-tokens, wanted
+--          µ-tokens, lifetime µs, hosts asking)
+-- Returns  {allowed, remaining tokens, reset_ms, wait_ms, granted tokens, lifetime µs,
+--          grant}
+--
+-- The invariant: tokens + units out on lease ≤ capacity, after every call. Refill up to
+-- now is capped with every lease stored (lapsed ones included: they may have been spent
+-- while they ran), then leases are settled (lapsed: dropped; the caller's: its unspent
+-- units go back into the bucket), then the request's cost is decided, then the new
+-- lease is taken out of the bucket. The bucket plus the units not yet spent therefore
+-- never hold more than one client's bucket deciding every request in Redis would:
+-- nothing is over-admitted (docs/DESIGN.md gives the argument).
+local cap = tonumber(ARGV[1])
+local rate = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local fields, leases = read_state(KEYS[1])
+local st_tokens, st_ts = tonumber(fields.t), tonumber(fields.ts)
+local st_n = tonumber(fields.n)
+if st_tokens and st_ts then
+  if now < st_ts then
+    now = st_ts
+  end
+else
+  st_tokens, st_ts = nil, nil
+end
+
+local out_before = outstanding(leases)
+local level = cap - out_before
+if st_tokens then
+  level = math.min(level, st_tokens + math.floor((now - st_ts) * rate))
+end
+if level < 0 then
+  level = 0
+end
+local back, out, latest = settle_leases(KEYS[1], leases, now)
+local room = cap - out
+local tokens = math.min(level + back, room)
+
+local allowed = tokens >= cost
+if allowed then
+  tokens = tokens - cost
+end
+local granted = grant_size(tokens, 1000000)
+local grant = 0
+if granted > 0 then
+  tokens = tokens - granted
+  grant = record_lease(KEYS[1], granted, now + lifetime, st_n)
+  out = out + granted
+  room = room - granted
+  if now + lifetime > latest then
+    latest = now + lifetime
+  end
+end
+
+local function tokens_at(t)
+  return math.min(room, tokens + math.floor((t - now) * rate))
+end
+-- Fully unused again: every lease ended and the bucket refilled to capacity (with
+-- leases out, a closed form: their units come back as they end, or lapse).
+local reset = 0
+if out > 0 then
+  reset = ceil_ms((cap - tokens) / rate)
+elseif tokens < room then
+  reset = settle(ceil_ms((room - tokens) / rate), 0, function(k)
+    return tokens_at(now + k * 1000) >= room
+  end)
+end
+local wait = 0
+if not allowed then
+  if cost > room then
+    -- Only leases ending can make room: at the latest when the last one lapses.
+    wait = math.max(ceil_ms(latest - now) + ceil_ms((cost - tokens) / rate), 1)
+  else
+    wait = settle(ceil_ms((cost - tokens) / rate), 1, function(k)
+      return tokens_at(now + k * 1000) >= cost
+    end)
+  end
+end
+
+-- The state matters until every lease has ended and the bucket is full again.
+local keep = reset
+if out > 0 then
+  keep = math.max(keep, ceil_ms(latest - now) + ceil_ms((cap - tokens) / rate))
+end
+local ttl, x = expiry(keep)
+redis.call('HSET', KEYS[1], 't', string.format('%.0f', tokens), 'ts', string.format('%.0f', now),
+  'x', string.format('%.0f', x))
+redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
+return {allowed and 1 or 0, math.floor(tokens / 1000000), reset, wait,
+  math.floor(granted / 1000000), granted > 0 and lifetime or 0, grant}

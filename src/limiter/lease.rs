@@ -1,0 +1,257 @@
+//! The decision flow of a `CHECK` on a rule with `lease = "auto"` (docs/DESIGN.md
+//! "Leases"): paid from this daemon's lease on the key when it holds one, else one call
+//! of the rule's lease script, which decides the request and, for a hot key, takes a
+//! lease in the same call. Requests arriving while that call is in flight wait for it
+//! (at most `redis.timeout_ms`) and are paid from its lease.
+//!
+//! Everything of §4 holds: a key's primary open or Redis failing, a held lease is still
+//! spent until its deadline, then the rule's `on_redis_failure` decides.
+//!
+//! ```text
+//! CHECK ─ lease holds cost? ──► lease (ALLOW)
+//!        ├ saturated, paced ──► lease (DENY, wait until the next call)
+//!        ├ primary open ──────► on_redis_failure
+//!        └ call (hot: one at a time, others wait for it and are paid from its lease)
+//!              ├► redis (the request decided by the script; a lease kept for the next)
+//!              └► failed: on_redis_failure
+//! ```
+
+use super::{Check, CheckError, Decided, Entry, Limiter, SLOT_HELD_AT_MOST};
+use crate::admission::{Peer, UntilDone};
+use crate::clock::local_clock_us;
+use crate::config::{OnRedisFailure, Rule};
+use crate::decision::{Decision, Source};
+use crate::fallback::decide_without_redis;
+use crate::lease::clock::boottime_us;
+use crate::lease::Local;
+use crate::store::{Store, StoreError, StoreKey};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+/// What the book keeps per key to reach Redis for it.
+pub(super) struct Home {
+    key: StoreKey,
+    rule: Arc<Rule>,
+}
+
+/// How often leases of idle keys are given back.
+const SWEEP_EVERY: Duration = Duration::from_millis(50);
+
+impl Limiter {
+    /// Decides `cost` units of `key` (`tag` hashed) under `entry`'s leased rule.
+    pub(super) fn check_leased(
+        self: &Arc<Self>,
+        entry: &Arc<Entry>,
+        redis: &Arc<Store>,
+        tag: &str,
+        key: u128,
+        cost: u32,
+        peer: &Peer,
+    ) -> Check {
+        let rule = &entry.rule;
+        self.start_sweeper();
+        let slot = self.leases.slot(key, || Home {
+            key: redis.key(tag, &rule.params),
+            rule: Arc::clone(rule),
+        });
+        let hot = match slot.spend(u64::from(cost), boottime_us(), true) {
+            Local::Call { hot } => hot,
+            local => return self.decided_locally(entry, local),
+        };
+        let Some(primary) = redis.route(&slot.home.key) else {
+            return self.fallback(entry, key, cost);
+        };
+        if self.circuit.is_open() && primary.health.is_open() {
+            return self.fallback(entry, key, cost);
+        }
+        let Some(in_flight) = peer.redis_slot() else {
+            let limits = peer.in_flight_limits();
+            return Check::Ready(Err(CheckError::Busy {
+                uid: peer.uid,
+                held: peer.uid_in_flight(),
+                per_uid: limits.per_uid,
+                total: limits.total,
+            }));
+        };
+        let (this, redis, entry) = (Arc::clone(self), Arc::clone(redis), Arc::clone(entry));
+        Check::Redis(Box::pin(async move {
+            let rule = Arc::clone(&entry.rule);
+            let _turn = if hot {
+                let Ok(turn) = tokio::time::timeout(redis.timeout(), slot.call.lock()).await else {
+                    return this.record(&entry, decide_here(&this, &rule, key, cost));
+                };
+                // The call before ours may have brought a lease that pays for this one.
+                if let Some(d) =
+                    lease_decision(&rule, slot.spend(u64::from(cost), boottime_us(), false))
+                {
+                    return this.record(&entry, d);
+                }
+                Some(turn)
+            } else {
+                None
+            };
+            let hosts = this.local.hosts.get();
+            let ask = slot.begin(
+                u64::from(cost),
+                rule.limit(),
+                hot,
+                &this.leases.holder,
+                hosts,
+            );
+            let asked = Instant::now();
+            let sent_us = boottime_us();
+            let mut call = UntilDone::new(
+                {
+                    let (redis, primary, slot) =
+                        (Arc::clone(&redis), Arc::clone(&primary), Arc::clone(&slot));
+                    let (params, ask) = (rule.params, ask.clone());
+                    async move {
+                        let outcome = redis
+                            .lease(&primary, &slot.home.key, &params, cost, &ask)
+                            .await;
+                        drop(in_flight);
+                        outcome
+                    }
+                },
+                SLOT_HELD_AT_MOST,
+            );
+            let answer = redis.bounded(&primary, &mut call).await;
+            drop(call);
+            this.redis_calls.took(asked.elapsed());
+            let decision = match answer {
+                Ok((o, granted)) => {
+                    slot.granted(sent_us, &ask, granted, o.remaining, o.reset_ms);
+                    if rule.on_redis_failure == OnRedisFailure::Local {
+                        this.local.observe(key, &rule, &o, local_clock_us());
+                    }
+                    Decision {
+                        allowed: o.allowed,
+                        limit: rule.limit(),
+                        remaining: o.remaining,
+                        reset_ms: o.reset_ms,
+                        wait_ms: o.wait_ms,
+                        source: Source::Redis,
+                    }
+                }
+                Err(e) => {
+                    slot.failed();
+                    match &e {
+                        StoreError::Unavailable { kind, .. } => this.redis_calls.failed(kind),
+                        _ => {
+                            this.redis_calls.failed("key");
+                            this.log_key_error(&rule.name, slot.home.key.as_str(), &e);
+                        }
+                    }
+                    decide_here(&this, &rule, key, cost)
+                }
+            };
+            this.record(&entry, decision)
+        }))
+    }
+
+    /// A decision from the lease state (never a [`Local::Call`]).
+    fn decided_locally(&self, entry: &Entry, local: Local) -> Check {
+        let d = lease_decision(&entry.rule, local).unwrap_or_else(|| unreachable_call(&entry.rule));
+        Check::Ready(Ok(self.record(entry, d)))
+    }
+
+    /// Decided without Redis, per the rule's `on_redis_failure`.
+    fn fallback(&self, entry: &Entry, key: u128, cost: u32) -> Check {
+        let d = decide_without_redis(&self.local, &entry.rule, key, cost, local_clock_us());
+        Check::Ready(Ok(self.record(entry, d)))
+    }
+
+    fn record(&self, entry: &Entry, decision: Decision) -> Decided {
+        entry.counters.record(&decision);
+        Decided {
+            decision,
+            window_ms: entry.rule.window_ms,
+        }
+    }
+
+    /// Starts, once, the task that gives back the leases of keys gone idle or near
+    /// their deadline ([`crate::lease::Book::sweep`]); it ends with the limiter.
+    fn start_sweeper(self: &Arc<Self>) {
+        if self.sweeper.set(()).is_err() {
+            return;
+        }
+        let limiter = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SWEEP_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(this) = Weak::upgrade(&limiter) else {
+                    return;
+                };
+                this.sweep().await;
+            }
+        });
+    }
+
+    /// Gives back, one call each, the leases [`crate::lease::Slot::give_back`] names.
+    async fn sweep(self: &Arc<Self>) {
+        let Some(redis) = &self.redis else {
+            return;
+        };
+        let now = boottime_us();
+        let hosts = self.local.hosts.get();
+        for slot in self.leases.sweep(now) {
+            let Ok(_turn) = slot.call.try_lock() else {
+                continue;
+            };
+            let Some(ask) = slot.give_back(now, &self.leases.holder, hosts) else {
+                continue;
+            };
+            let primary = redis.route(&slot.home.key);
+            let Some(primary) = primary.filter(|p| !p.health.is_open()) else {
+                // It lapses in Redis at its deadline.
+                slot.failed();
+                continue;
+            };
+            let call = redis.lease(&primary, &slot.home.key, &slot.home.rule.params, 0, &ask);
+            let mut call = Box::pin(call);
+            match redis.bounded(&primary, &mut call).await {
+                Ok((o, g)) => slot.granted(now, &ask, g, o.remaining, o.reset_ms),
+                Err(_) => slot.failed(),
+            }
+        }
+    }
+}
+
+/// The decision a lease state gives (`None`: ask Redis).
+fn lease_decision(rule: &Rule, local: Local) -> Option<Decision> {
+    let (allowed, remaining, reset_ms, wait_ms) = match local {
+        Local::Taken {
+            remaining,
+            reset_ms,
+        } => (true, remaining, reset_ms, 0),
+        Local::Paced { wait_ms, reset_ms } => (false, 0, reset_ms, wait_ms),
+        Local::Call { .. } => return None,
+    };
+    Some(Decision {
+        allowed,
+        limit: rule.limit(),
+        remaining: remaining.min(rule.limit()),
+        reset_ms,
+        wait_ms,
+        source: Source::Lease,
+    })
+}
+
+/// A DENY for the case the callers of [`Limiter::decided_locally`] exclude.
+fn unreachable_call(rule: &Rule) -> Decision {
+    Decision {
+        allowed: false,
+        limit: rule.limit(),
+        remaining: 0,
+        reset_ms: 0,
+        wait_ms: 1,
+        source: Source::Lease,
+    }
+}
+
+/// A decision without Redis for a request whose call failed or waited too long.
+fn decide_here(this: &Limiter, rule: &Rule, key: u128, cost: u32) -> Decision {
+    decide_without_redis(&this.local, rule, key, cost, local_clock_us())
+}
