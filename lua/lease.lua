@@ -10,11 +10,17 @@
 -- ARGV[1..4] as the algorithm's own script (ARGV[4] = "" in production), then
 -- ARGV[5]  holder id (the daemon's, random per process)
 -- ARGV[6]  the grant the holder gives back ("0": none). A holder stops spending a lease
---          when it sends the call that names it, so what it reports unspent is final.
+--          when it sends the call that names it, so what it reports unspent is final;
+--          and it spends only grants whose reply it read. Its calls that give back or
+--          ask run one at a time, in order on its connection to the key's primary.
 -- ARGV[7]  units of that lease not spent (algorithm units)
 -- ARGV[8]  units wanted in the new lease (algorithm units; 0 = none)
 -- ARGV[9]  lifetime of the new lease, µs
--- ARGV[10] hosts asking for this key (≥ 1): a grant is at most what is left ÷ hosts
+-- ARGV[10] pace, µs: 0, or (a saturated holder, asking this often) its grant is at
+--          most pace × refill rate ÷ holders (buckets)
+-- A grant is at most what is left ÷ holders, the holders being the caller and every
+-- other host with a lease on the key: the hosts asking for it lately. One that stops
+-- asking (or dies) stops counting when its lease ends.
 -- Returns  the algorithm's {allowed, remaining, reset_ms, wait_ms}, then
 --          {granted units, lifetime µs, grant} (the holder's deadline is its own clock
 --          when it sent the call + lifetime, so it ends before Redis's).
@@ -23,7 +29,7 @@ local given_back = tonumber(ARGV[6])
 local unspent = tonumber(ARGV[7])
 local want = tonumber(ARGV[8])
 local lifetime = tonumber(ARGV[9])
-local asking = math.max(tonumber(ARGV[10]), 1)
+local pace = tonumber(ARGV[10])
 
 -- The hash, read once: `fields` has the algorithm's fields (strings), `leases` every
 -- holder's lease {units, deadline, grant}.
@@ -58,8 +64,8 @@ end
 
 -- Settles the leases at `t`: a lease past its deadline lapses (its units are dropped:
 -- the holder may have spent them); the caller's own lease ends when the call gives back
--- or asks (the caller stopped spending it) and its unspent units, if the grant is the one the holder names, are
--- returned. Deletes the ended fields; returns the units given back to the budget and
+-- or asks (the caller stopped spending it) and its unspent units go back (all of them
+-- for a grant the holder never learnt of). Deletes the ended fields; returns the units given back to the budget and
 -- the units still out on the other leases, and their latest deadline.
 local function settle_leases(key, leases, t)
   local back = 0
@@ -69,8 +75,14 @@ local function settle_leases(key, leases, t)
   local mine = given_back ~= 0 or want > 0
   for h, l in pairs(leases) do
     if h == holder and mine then
-      if l[2] > t and l[3] == given_back then
-        back = math.min(unspent, l[1])
+      -- A grant other than the one named is one whose reply the holder never read
+      -- (its call timed out): none of it was spent, all of it goes back.
+      if l[2] > t then
+        if l[3] == given_back then
+          back = math.min(unspent, l[1])
+        else
+          back = l[1]
+        end
       end
       gone[#gone + 1] = 'l:' .. h
     elseif l[2] <= t then
@@ -87,13 +99,33 @@ local function settle_leases(key, leases, t)
   return back, out, latest
 end
 
+-- Holders of the key after settle_leases(): the other hosts with a lease, and the caller.
+local function holders(leases)
+  local n = 1
+  for h, _ in pairs(leases) do
+    if h ~= holder then
+      n = n + 1
+    end
+  end
+  return n
+end
+
 -- A grant out of `avail` units (whole units of `unit` algorithm units): at most `want`,
--- and at most avail ÷ hosts asking, but at least one whole unit when one is there.
-local function grant_size(avail, unit)
+-- at most avail ÷ holders and, when `refill` (units/µs) is given, the caller is paced
+-- and less than two paces of refill are left, at most its share of the refill over the
+-- pace; at least one whole unit when
+-- one is there.
+local function grant_size(avail, unit, leases, refill)
   if want <= 0 or avail < unit then
     return 0
   end
-  local share = math.floor(avail / asking / unit) * unit
+  local asking = holders(leases)
+  local share = avail / asking
+  -- Little left (less than two paces of refill): the budget is the refill; share it.
+  if refill and pace > 0 and avail < 2 * refill * pace then
+    share = math.min(share, refill * pace / asking)
+  end
+  share = math.floor(share / unit) * unit
   if share < unit then
     share = unit
   end

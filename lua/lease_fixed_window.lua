@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  fixed_window.lua's hash {w, c, x} plus {n, l:<holder>...}
 -- ARGV     fixed_window.lua's (limit, window µs, cost, now), then lease.lua's (holder,
---          grant given back, unspent units, wanted units, lifetime µs, hosts asking)
+--          grant given back, unspent units, wanted units, lifetime µs, pace µs)
 -- Returns  {allowed, remaining, reset_ms, wait_ms, granted units, lifetime µs, grant}
 --
 -- A lease's units are counted in the window when granted (c += granted) and its
@@ -44,7 +44,7 @@ local life = math.min(lifetime, to_end)
 local granted = 0
 local grant = 0
 if life >= 1000 then
-  granted = grant_size(math.max(limit - count, 0), 1)
+  granted = grant_size(math.max(limit - count, 0), 1, leases)
 end
 if granted > 0 then
   count = count + granted

@@ -4,8 +4,8 @@
 --
 -- KEYS[1]  sliding_window_counter.lua's hash {w, c, p, x} plus {n, l:<holder>...}
 -- ARGV     sliding_window_counter.lua's (limit, window µs, cost, now), then lease.lua's
---          (holder, grant given back, unspent units, wanted units, lifetime µs, hosts
---          asking)
+--          (holder, grant given back, unspent units, wanted units, lifetime µs, pace
+--          µs)
 -- Returns  {allowed, remaining, reset_ms, wait_ms, granted units, lifetime µs, grant}
 --
 -- A lease's units are counted in the current window when granted, with the estimate
@@ -56,7 +56,7 @@ local life = math.min(lifetime, to_end)
 local granted = 0
 local grant = 0
 if life >= 1000 then
-  granted = grant_size(math.max(math.floor(limit - estimate(current, previous, elapsed)), 0), 1)
+  granted = grant_size(math.max(math.floor(limit - estimate(current, previous, elapsed)), 0), 1, leases)
 end
 if granted > 0 then
   current = current + granted

@@ -5,7 +5,7 @@
 -- KEYS[1]  the bucket: token_bucket.lua's hash {t, ts, x} plus {n, l:<holder>...}
 -- ARGV     token_bucket.lua's (capacity µ-tokens, rate tokens/s, cost µ-tokens, now),
 --          then lease.lua's (holder, grant given back, unspent µ-tokens, wanted
---          µ-tokens, lifetime µs, hosts asking)
+--          µ-tokens, lifetime µs, pace µs)
 -- Returns  {allowed, remaining tokens, reset_ms, wait_ms, granted tokens, lifetime µs,
 --          grant}
 --
@@ -46,7 +46,7 @@ local allowed = tokens >= cost
 if allowed then
   tokens = tokens - cost
 end
-local granted = grant_size(tokens, 1000000)
+local granted = grant_size(tokens, 1000000, leases, rate)
 local grant = 0
 if granted > 0 then
   tokens = tokens - granted

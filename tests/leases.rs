@@ -13,7 +13,7 @@ mod common;
 
 use common::*;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -26,7 +26,10 @@ struct Setup {
 
 impl Setup {
     fn start(rules: &str) -> Setup {
-        let cluster = RedisCluster::start();
+        Self::start_with(RedisCluster::start(), rules)
+    }
+
+    fn start_with(cluster: RedisCluster, rules: &str) -> Setup {
         let config = format!(
             "[redis]\nmode = \"cluster\"\nnodes = {}\ntimeout_ms = 150\nprefix = \"rl\"\n\n[fallback]\nhosts = \"auto\"\n\n{rules}",
             toml_str_array(&cluster.addrs())
@@ -54,9 +57,13 @@ impl Setup {
     }
 }
 
-/// Decisions one load thread saw: (verdict, source) → count.
+/// Decisions load threads saw: (phase, verdict, source) → count. The phase is what the
+/// test set in [`Phase`] when the reply was read.
 #[derive(Debug, Default, Clone)]
-struct Tally(HashMap<(bool, String), u64>);
+struct Tally(HashMap<(u8, bool, String), u64>);
+
+/// The test's current phase (before a fault, during it, after it).
+type Phase = Arc<AtomicU8>;
 
 impl Tally {
     fn add(&mut self, other: &Tally) {
@@ -65,16 +72,26 @@ impl Tally {
         }
     }
     fn allowed(&self) -> u64 {
-        self.0.iter().filter(|(k, _)| k.0).map(|(_, v)| v).sum()
+        self.0.iter().filter(|(k, _)| k.1).map(|(_, v)| v).sum()
     }
     fn total(&self) -> u64 {
         self.0.values().sum()
     }
-    fn by_source(&self, allowed: bool, source: &str) -> u64 {
+    /// ALLOWs in `phase`.
+    fn allowed_in(&self, phase: u8) -> u64 {
         self.0
-            .get(&(allowed, source.to_string()))
-            .copied()
-            .unwrap_or(0)
+            .iter()
+            .filter(|(k, _)| k.0 == phase && k.1)
+            .map(|(_, v)| v)
+            .sum()
+    }
+    /// Decisions in `phase` from `source` (`allowed`: ALLOWs only).
+    fn from(&self, phase: u8, source: &str, allowed: bool) -> u64 {
+        self.0
+            .iter()
+            .filter(|(k, _)| k.0 == phase && k.2 == source && (k.1 || !allowed))
+            .map(|(_, v)| v)
+            .sum()
     }
 }
 
@@ -88,12 +105,14 @@ fn load(
     batch: usize,
     every: Duration,
     stop: &Arc<AtomicBool>,
+    phase: &Phase,
 ) -> Vec<thread::JoinHandle<Tally>> {
     (0..clients)
         .map(|_| {
             let socket = socket.to_path_buf();
             let lines: Vec<String> = vec![line.to_string(); batch];
             let stop = Arc::clone(stop);
+            let phase = Arc::clone(phase);
             thread::spawn(move || {
                 let mut c = Client::connect(&socket);
                 c.set_read_timeout(Duration::from_secs(10));
@@ -102,7 +121,8 @@ fn load(
                 while !stop.load(Ordering::Relaxed) {
                     for r in c.pipeline(&lines) {
                         let r = parse_reply(&r);
-                        *tally.0.entry((r.allowed(), r.source)).or_default() += 1;
+                        let p = phase.load(Ordering::Relaxed);
+                        *tally.0.entry((p, r.allowed(), r.source)).or_default() += 1;
                     }
                     if !every.is_zero() {
                         next += every;
@@ -146,7 +166,18 @@ fn drain_admits_no_more_than_the_bucket_with_a_tenth_of_the_calls() {
     let handles: Vec<_> = s
         .daemons
         .iter()
-        .map(|d| load(&d.socket, "CHECK drain hot", 3, 50, Duration::ZERO, &stop))
+        .map(|d| {
+            let phase = Phase::default();
+            load(
+                &d.socket,
+                "CHECK drain hot",
+                3,
+                50,
+                Duration::ZERO,
+                &stop,
+                &phase,
+            )
+        })
         .collect();
     thread::sleep(Duration::from_secs(6));
     stop.store(true, Ordering::Relaxed);
@@ -172,4 +203,213 @@ fn drain_admits_no_more_than_the_bucket_with_a_tenth_of_the_calls() {
         "{calls} script calls for {} decisions",
         all.total()
     );
+}
+
+/// A bucket far below its demand: 3 daemons × 3 clients ask 20× the refill rate.
+const SATURATED: &str = r#"
+[[rule]]
+name = "sat"
+algorithm = "token_bucket"
+capacity = 100
+refill_rate = 200.0
+lease = "auto"
+"#;
+const SAT_CAPACITY: f64 = 100.0;
+const SAT_RATE: f64 = 200.0;
+/// One client's rounds: 9 CHECKs every 20 ms, 450/s; 9 clients ask 4,050/s ≈ 20× 200/s.
+const SAT_BATCH: usize = 9;
+const SAT_EVERY: Duration = Duration::from_millis(20);
+
+/// Saturated load from `clients` clients per daemon of `daemons`.
+fn saturate(
+    daemons: &[&Daemon],
+    stop: &Arc<AtomicBool>,
+    phase: &Phase,
+) -> Vec<Vec<thread::JoinHandle<Tally>>> {
+    daemons
+        .iter()
+        .map(|d| {
+            load(
+                &d.socket,
+                "CHECK sat hot",
+                3,
+                SAT_BATCH,
+                SAT_EVERY,
+                stop,
+                phase,
+            )
+        })
+        .collect()
+}
+
+/// Promise 2: demand 20× the refill for 20 s: at most capacity + rate × T admitted, at
+/// least 95 % of it (utilisation), a tenth of the calls, each host within ±10 % of the
+/// mean share.
+#[test]
+fn saturated_key_is_used_fully_and_shared_fairly() {
+    let s = Setup::start(SATURATED);
+    let calls_before = s.script_calls();
+    let stop = Arc::new(AtomicBool::new(false));
+    let phase = Phase::default();
+    let started = Instant::now();
+    let handles = saturate(&s.daemons.iter().collect::<Vec<_>>(), &stop, &phase);
+    thread::sleep(Duration::from_secs(20));
+    stop.store(true, Ordering::Relaxed);
+    let per_host: Vec<Tally> = handles.into_iter().map(join).collect();
+    let t = started.elapsed().as_secs_f64();
+    let calls = s.script_calls() - calls_before;
+    let mut all = Tally::default();
+    per_host.iter().for_each(|h| all.add(h));
+    let bound = SAT_CAPACITY + SAT_RATE * t;
+    let shares: Vec<u64> = per_host.iter().map(Tally::allowed).collect();
+    let mean = shares.iter().sum::<u64>() as f64 / 3.0;
+    println!(
+        "saturated: {} ALLOW of {} decisions in {t:.2} s (bound {bound:.0}, {:.1} %); {calls} script calls; per host {shares:?}",
+        all.allowed(),
+        all.total(),
+        100.0 * all.allowed() as f64 / bound
+    );
+    assert!(all.allowed() as f64 <= bound, "over-admitted: {all:?}");
+    assert!(
+        all.allowed() as f64 >= 0.95 * bound,
+        "utilisation below 95 %: {all:?}"
+    );
+    assert!(calls * 10 <= all.total(), "{calls} calls");
+    for share in &shares {
+        assert!(
+            (*share as f64 - mean).abs() <= 0.10 * mean,
+            "unfair shares {shares:?}"
+        );
+    }
+}
+
+/// The lease fields (`l:<holder>`) on the key of `tag` under prefix `rl`.
+fn leases_out(cluster: &RedisCluster, tag: &str) -> usize {
+    let key = format!("rl:{{{tag}}}:tb");
+    cluster
+        .primary_addrs()
+        .iter()
+        .filter_map(|a| redis_command(a, &["HKEYS", &key]).ok())
+        .filter_map(|r| r.into_strings().ok())
+        .flatten()
+        .filter(|f| f.starts_with("l:"))
+        .count()
+}
+
+/// Promise 3: a daemon killed (SIGKILL) while it holds a lease strands at most that
+/// lease, for at most its lifetime: the others' use of the key recovers within it.
+#[test]
+fn killed_holder_strands_at_most_its_lease_for_its_lifetime() {
+    let mut s = Setup::start(SATURATED);
+    let stop_victim = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let phase = Phase::default();
+    let started = Instant::now();
+    let mut victim = saturate(&[&s.daemons[0]], &stop_victim, &phase);
+    let others = saturate(&[&s.daemons[1], &s.daemons[2]], &stop, &phase);
+    thread::sleep(Duration::from_secs(4));
+    stop_victim.store(true, Ordering::Relaxed);
+    let victim = join(victim.remove(0));
+    let out = leases_out(&s.cluster, "sat:hot");
+    let d0 = s.daemons.remove(0);
+    d0.signal(libc::SIGKILL);
+    let killed = started.elapsed().as_secs_f64();
+    drop(d0);
+    phase.store(1, Ordering::Relaxed);
+    // Lease lifetime (1 s) plus the time it takes to notice.
+    thread::sleep(Duration::from_millis(1500));
+    phase.store(2, Ordering::Relaxed);
+    let recovered = started.elapsed().as_secs_f64();
+    thread::sleep(Duration::from_secs(6));
+    stop.store(true, Ordering::Relaxed);
+    let mut all = victim.clone();
+    others.into_iter().for_each(|h| all.add(&join(h)));
+    let t = started.elapsed().as_secs_f64();
+    let after = all.allowed_in(2) as f64;
+    let expect = SAT_RATE * (t - recovered);
+    let bound = SAT_CAPACITY + SAT_RATE * t;
+    println!(
+        "kill -9: {out} leases out at the kill ({killed:.2} s); after {recovered:.2} s the 2 others admitted {after} (refill over that time {expect:.0}, {:.1} %); total {} ≤ {bound:.0}",
+        100.0 * after / expect,
+        all.allowed()
+    );
+    assert!(all.allowed() as f64 <= bound, "over-admitted: {all:?}");
+    assert!(after >= 0.9 * expect, "did not recover: {all:?}");
+}
+
+/// Promise 4: a holder stopped (SIGSTOP) past its lease's deadline and continued
+/// spends nothing from that lease: the combined bound holds.
+#[test]
+fn stopped_holder_spends_nothing_after_its_deadline() {
+    let s = Setup::start(SATURATED);
+    let stop = Arc::new(AtomicBool::new(false));
+    let phase = Phase::default();
+    let started = Instant::now();
+    let handles = saturate(&s.daemons.iter().collect::<Vec<_>>(), &stop, &phase);
+    thread::sleep(Duration::from_secs(3));
+    let out = leases_out(&s.cluster, "sat:hot");
+    s.daemons[0].signal(libc::SIGSTOP);
+    phase.store(1, Ordering::Relaxed);
+    // Past the lease's lifetime (1 s), within the clients' read timeout.
+    thread::sleep(Duration::from_millis(2500));
+    s.daemons[0].signal(libc::SIGCONT);
+    phase.store(2, Ordering::Relaxed);
+    thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    let per_host: Vec<Tally> = handles.into_iter().map(join).collect();
+    let t = started.elapsed().as_secs_f64();
+    let mut all = Tally::default();
+    per_host.iter().for_each(|h| all.add(h));
+    let bound = SAT_CAPACITY + SAT_RATE * t;
+    println!(
+        "SIGSTOP: {out} leases out at the stop; {} ALLOW in {t:.2} s (bound {bound:.0}); stopped host after SIGCONT: {} ALLOW ({} from its leases)",
+        all.allowed(),
+        per_host[0].allowed_in(2),
+        per_host[0].from(2, "lease", true)
+    );
+    assert!(all.allowed() as f64 <= bound, "over-admitted: {all:?}");
+}
+
+/// Promise 5: every primary frozen (SIGSTOP) with leases out: answers continue, from the
+/// leases and then from local rules; the combined bound of §4 holds (the rule's, plus
+/// one local share per host that decided locally).
+#[test]
+fn frozen_primaries_leave_leases_then_local_rules() {
+    // Replicas must not take over during the freeze.
+    let cluster = RedisCluster::start_with_node_timeout(15_000);
+    let s = Setup::start_with(cluster, SATURATED);
+    let stop = Arc::new(AtomicBool::new(false));
+    let phase = Phase::default();
+    let started = Instant::now();
+    let handles = saturate(&s.daemons.iter().collect::<Vec<_>>(), &stop, &phase);
+    thread::sleep(Duration::from_secs(3));
+    let out = leases_out(&s.cluster, "sat:hot");
+    let primaries = s.cluster.primary_addrs();
+    for p in &primaries {
+        s.cluster.signal_node(p, libc::SIGSTOP);
+    }
+    phase.store(1, Ordering::Relaxed);
+    thread::sleep(Duration::from_secs(3));
+    for p in &primaries {
+        s.cluster.signal_node(p, libc::SIGCONT);
+    }
+    phase.store(2, Ordering::Relaxed);
+    thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Tally::default();
+    handles.into_iter().for_each(|h| all.add(&join(h)));
+    let t = started.elapsed().as_secs_f64();
+    let rule = SAT_CAPACITY + SAT_RATE * t;
+    // One local share per host: capacity ÷ 3 and refill ÷ 3, over the run.
+    let bound = rule + 3.0 * (SAT_CAPACITY / 3.0 + SAT_RATE / 3.0 * t);
+    println!(
+        "freeze: {out} leases out at the freeze; during it {} decisions ({} lease, {} local ALLOW); total {} ALLOW in {t:.2} s (bound {bound:.0})",
+        all.0.iter().filter(|(k, _)| k.0 == 1).map(|(_, v)| v).sum::<u64>(),
+        all.from(1, "lease", false),
+        all.from(1, "local", true),
+        all.allowed()
+    );
+    assert!(all.allowed() as f64 <= bound, "over-admitted: {all:?}");
+    assert!(all.from(1, "local", true) > 0, "no local answers: {all:?}");
+    assert!(all.allowed_in(2) > 0, "no answers after the thaw: {all:?}");
 }

@@ -340,3 +340,43 @@ fn ids(
     }
     Ok(list.get_ref().iter().map(|&v| v as u32).collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::Config;
+
+    fn rule(body: &str) -> Result<Config, String> {
+        Config::parse(&format!("[[rule]]\nname = \"r\"\n{body}\n"), "t.toml")
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn lease_is_auto_or_off_for_the_algorithms_that_keep_it_exact() {
+        for algo in [
+            "algorithm = \"token_bucket\"\ncapacity = 10\nrefill_rate = 1.0",
+            "algorithm = \"fixed_window\"\nlimit = 10\nwindow = \"1s\"",
+            "algorithm = \"sliding_window_counter\"\nlimit = 10\nwindow = \"1s\"",
+        ] {
+            let c = rule(&format!("{algo}\nlease = \"auto\"")).unwrap();
+            assert!(c.rules["r"].lease, "{algo}");
+            let c = rule(&format!("{algo}\nlease = \"off\"")).unwrap();
+            assert!(!c.rules["r"].lease, "{algo}");
+            assert!(!rule(algo).unwrap().rules["r"].lease, "{algo}");
+        }
+        let e =
+            rule("algorithm = \"token_bucket\"\ncapacity = 1\nrefill_rate = 1.0\nlease = \"on\"")
+                .unwrap_err();
+        assert!(e.contains("rule[0].lease") && e.contains("'on'"), "{e}");
+        for algo in [
+            "algorithm = \"sliding_window_log\"\nlimit = 10\nwindow = \"1s\"",
+            "algorithm = \"leaky_bucket\"\ncapacity = 10\nleak_rate = 1.0",
+        ] {
+            let e = rule(&format!("{algo}\nlease = \"auto\"")).unwrap_err();
+            assert!(
+                e.contains("rule[0].lease") && e.contains("cannot take leases"),
+                "{e}"
+            );
+            assert!(!rule(&format!("{algo}\nlease = \"off\"")).unwrap().rules["r"].lease);
+        }
+    }
+}

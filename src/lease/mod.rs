@@ -8,13 +8,16 @@
 //! * **cold** (fewer than [`HOT_UNITS`] units asked in a [`SLOT_US`] slot, nothing held,
 //!   nothing queued): every `CHECK` is one script call, as without leases;
 //! * **hot** (the key is busy, or a request found a call for it in flight): the next call
-//!   also takes a lease of about [`TAKE_US`] of this host's demand (Redis caps it at what
-//!   is left ÷ the live hosts); requests arriving meanwhile wait for that call and are
-//!   answered from its lease (source `lease`), so one call serves many decisions;
-//! * **saturated** (Redis granted less than asked): the next call waits until
-//!   [`PACE_US`] after the last one, and asks for that long of demand; meanwhile a
-//!   request the lease cannot pay for is a DENY from the lease, without a call. Each
-//!   host thus takes a share of the refill every [`PACE_US`], about `rate ÷ hosts`.
+//!   also takes a lease of about [`TAKE_US`] of this host's demand (Redis caps it at
+//!   what is left ÷ the hosts holding leases on the key); requests arriving meanwhile
+//!   wait for that call and are answered from its lease (source `lease`), so one call
+//!   serves many decisions;
+//! * **saturated** (Redis granted less than asked, with less than that left): the next
+//!   call waits until [`PACE_US`] after the last one, and asks for that long of demand;
+//!   meanwhile a request the lease cannot pay for is a DENY from the lease, without a
+//!   call. With less than two paces of refill left, Redis grants each such host at most
+//!   `PACE_US × refill rate ÷ holders`: hosts asking equally get equal shares, and one
+//!   that stops asking stops counting when its lease ends.
 //!
 //! A lease is spent only before its deadline: this host's [`clock::boottime_us`] when it
 //! *sent* the call, plus the lifetime Redis granted, minus [`DRIFT_MARGIN_US`]. Redis's
@@ -63,8 +66,9 @@ pub struct Ask {
     pub want: u64,
     /// Lifetime asked, µs.
     pub lifetime_us: u64,
-    /// Daemons alive (a grant is at most what is left ÷ this).
-    pub hosts: u32,
+    /// 0, or (saturated) how often this host asks, µs: Redis grants a bucket's holder at
+    /// most its share of the refill over that time.
+    pub pace_us: u64,
 }
 
 /// What Redis granted.
@@ -207,7 +211,7 @@ impl<H> Slot<H> {
     /// [`Slot::call`]). Ends the lease held (it is given back in this call) and says
     /// what to ask: about [`TAKE_US`] of demand ([`PACE_US`] when saturated), at least
     /// `cost`, at most `limit`.
-    pub fn begin(&self, cost: u64, limit: u64, hot: bool, holder: &Arc<str>, hosts: u32) -> Ask {
+    pub fn begin(&self, cost: u64, limit: u64, hot: bool, holder: &Arc<str>) -> Ask {
         let mut s = self.state();
         s.in_flight += 1;
         if !hot {
@@ -217,7 +221,7 @@ impl<H> Slot<H> {
                 unspent: 0,
                 want: 0,
                 lifetime_us: LIFETIME_US,
-                hosts,
+                pace_us: 0,
             };
         }
         let (given_back, unspent) = (s.grant, s.units);
@@ -232,7 +236,7 @@ impl<H> Slot<H> {
             unspent,
             want: want.max(cost).max(1).min(limit),
             lifetime_us: LIFETIME_US,
-            hosts,
+            pace_us: if s.saturated { PACE_US } else { 0 },
         }
     }
 
@@ -251,7 +255,9 @@ impl<H> Slot<H> {
             s.grant = g.grant;
             s.deadline_us = sent_us + g.lifetime_us - DRIFT_MARGIN_US;
         }
-        s.saturated = ask.want > 0 && g.units < ask.want;
+        // Saturated: Redis had less than asked, and not enough left for another such
+        // lease.
+        s.saturated = ask.want > 0 && g.units < ask.want && remaining < ask.want;
         s.paced_until = if s.saturated { sent_us + PACE_US } else { 0 };
     }
 
@@ -266,7 +272,7 @@ impl<H> Slot<H> {
     /// holds a lease it should give back at `now`: idle for [`IDLE_RETURN_US`], or within
     /// [`RENEW_AHEAD_US`] of its deadline. The caller holds [`Slot::call`]. A lease
     /// already past its deadline is simply dropped (it lapses in Redis).
-    pub fn give_back(&self, now: u64, holder: &Arc<str>, hosts: u32) -> Option<Ask> {
+    pub fn give_back(&self, now: u64, holder: &Arc<str>) -> Option<Ask> {
         let mut s = self.state();
         if s.grant == 0 {
             return None;
@@ -286,7 +292,7 @@ impl<H> Slot<H> {
             unspent: s.units,
             want: 0,
             lifetime_us: LIFETIME_US,
-            hosts,
+            pace_us: 0,
         };
         s.grant = 0;
         s.units = 0;
@@ -361,3 +367,6 @@ pub fn new_holder_id() -> Arc<str> {
     h.write_u64(clock::boottime_us());
     format!("{:016x}", h.finish()).into()
 }
+
+#[cfg(test)]
+mod tests;

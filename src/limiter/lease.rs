@@ -90,14 +90,7 @@ impl Limiter {
             } else {
                 None
             };
-            let hosts = this.local.hosts.get();
-            let ask = slot.begin(
-                u64::from(cost),
-                rule.limit(),
-                hot,
-                &this.leases.holder,
-                hosts,
-            );
+            let ask = slot.begin(u64::from(cost), rule.limit(), hot, &this.leases.holder);
             let asked = Instant::now();
             let sent_us = boottime_us();
             let mut call = UntilDone::new(
@@ -195,12 +188,11 @@ impl Limiter {
             return;
         };
         let now = boottime_us();
-        let hosts = self.local.hosts.get();
         for slot in self.leases.sweep(now) {
             let Ok(_turn) = slot.call.try_lock() else {
                 continue;
             };
-            let Some(ask) = slot.give_back(now, &self.leases.holder, hosts) else {
+            let Some(ask) = slot.give_back(now, &self.leases.holder) else {
                 continue;
             };
             let primary = redis.route(&slot.home.key);

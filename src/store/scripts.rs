@@ -125,7 +125,7 @@ pub fn outcome(reply: &[i64]) -> Result<Outcome, Error> {
 }
 
 /// The lease script's arguments: the decision's three, `""` for "now" (Redis TIME), then
-/// the lease's (holder, grant given back, unspent, wanted, lifetime µs, hosts asking),
+/// the lease's (holder, grant given back, unspent, wanted, lifetime µs, pace µs),
 /// units scaled to µ-units for buckets as costs are.
 pub fn lease_args(params: &Params, cost: u32, ask: &Ask) -> Vec<Value> {
     let scale = unit_scale(params);
@@ -136,7 +136,7 @@ pub fn lease_args(params: &Params, cost: u32, ask: &Ask) -> Vec<Value> {
     args.push(Value::Integer((ask.unspent as f64 * scale) as i64));
     args.push(Value::Integer((ask.want as f64 * scale) as i64));
     args.push(Value::Integer(ask.lifetime_us as i64));
-    args.push(Value::Integer(i64::from(ask.hosts.max(1))));
+    args.push(Value::Integer(ask.pace_us as i64));
     args
 }
 
