@@ -18,18 +18,24 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// Three daemons on one cluster, each with `rules`, `fallback.hosts = "auto"`.
+/// Three daemons on one cluster, each with `rules`, `fallback.hosts = "auto"`. One at a
+/// time: each test loads the machine (and measures utilisation).
 struct Setup {
     daemons: Vec<Daemon>,
     cluster: RedisCluster,
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
 }
+
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Setup {
     fn start(rules: &str) -> Setup {
-        Self::start_with(RedisCluster::start(), rules)
+        Self::start_with(RedisCluster::start, rules)
     }
 
-    fn start_with(cluster: RedisCluster, rules: &str) -> Setup {
+    fn start_with(cluster: impl FnOnce() -> RedisCluster, rules: &str) -> Setup {
+        let one_at_a_time = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let cluster = cluster();
         let config = format!(
             "[redis]\nmode = \"cluster\"\nnodes = {}\ntimeout_ms = 150\nprefix = \"rl\"\n\n[fallback]\nhosts = \"auto\"\n\n{rules}",
             toml_str_array(&cluster.addrs())
@@ -37,7 +43,11 @@ impl Setup {
         let daemons: Vec<Daemon> = (0..3).map(|_| Daemon::start(&config)).collect();
         // Every daemon's heartbeat has counted the three (HEARTBEAT_EVERY = 1 s).
         thread::sleep(Duration::from_millis(2500));
-        Setup { daemons, cluster }
+        Setup {
+            daemons,
+            cluster,
+            _one_at_a_time: one_at_a_time,
+        }
     }
 
     /// EVALSHA calls so far, summed over the primaries.
@@ -376,8 +386,7 @@ fn stopped_holder_spends_nothing_after_its_deadline() {
 #[test]
 fn frozen_primaries_leave_leases_then_local_rules() {
     // Replicas must not take over during the freeze.
-    let cluster = RedisCluster::start_with_node_timeout(15_000);
-    let s = Setup::start_with(cluster, SATURATED);
+    let s = Setup::start_with(|| RedisCluster::start_with_node_timeout(15_000), SATURATED);
     let stop = Arc::new(AtomicBool::new(false));
     let phase = Phase::default();
     let started = Instant::now();

@@ -28,7 +28,7 @@
 
 pub mod clock;
 
-use crate::key::Hasher;
+use crate::key::{KeyHash, Prehashed};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -312,7 +312,7 @@ impl<H> Slot<H> {
 pub struct Book<H> {
     /// This daemon's holder id in Redis.
     pub holder: Arc<str>,
-    keys: Mutex<HashMap<u128, Arc<Slot<H>>, Hasher>>,
+    keys: Mutex<HashMap<KeyHash, Arc<Slot<H>>, Prehashed>>,
 }
 
 impl<H> Book<H> {
@@ -325,7 +325,7 @@ impl<H> Book<H> {
     }
 
     /// The entry of `key`, made with `home()` if new.
-    pub fn slot(&self, key: u128, home: impl FnOnce() -> H) -> Arc<Slot<H>> {
+    pub fn slot(&self, key: KeyHash, home: impl FnOnce() -> H) -> Arc<Slot<H>> {
         let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
         Arc::clone(keys.entry(key).or_insert_with(|| {
             Arc::new(Slot {

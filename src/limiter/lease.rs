@@ -44,7 +44,7 @@ impl Limiter {
         entry: &Arc<Entry>,
         redis: &Arc<Store>,
         tag: &str,
-        key: u128,
+        key: u64,
         cost: u32,
         peer: &Peer,
     ) -> Check {
@@ -149,7 +149,7 @@ impl Limiter {
     }
 
     /// Decided without Redis, per the rule's `on_redis_failure`.
-    fn fallback(&self, entry: &Entry, key: u128, cost: u32) -> Check {
+    fn fallback(&self, entry: &Entry, key: u64, cost: u32) -> Check {
         let d = decide_without_redis(&self.local, &entry.rule, key, cost, local_clock_us());
         Check::Ready(Ok(self.record(entry, d)))
     }
@@ -244,6 +244,6 @@ fn unreachable_call(rule: &Rule) -> Decision {
 }
 
 /// A decision without Redis for a request whose call failed or waited too long.
-fn decide_here(this: &Limiter, rule: &Rule, key: u128, cost: u32) -> Decision {
+fn decide_here(this: &Limiter, rule: &Rule, key: u64, cost: u32) -> Decision {
     decide_without_redis(&this.local, rule, key, cost, local_clock_us())
 }
