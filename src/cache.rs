@@ -21,7 +21,11 @@ struct Entry {
     ttl_us: f64,
 }
 
-/// Bounded map from `"<rule>:<key>"` (as its [`TagKey`]) to the last DENY Redis returned for it.
+/// Bounded map from `"<rule>:<key>"` (as its [`TagKey`]) to the last DENY Redis returned
+/// for it: moka, keyed by the 64-bit hash itself ([`Prehashed`]), LRU eviction and no
+/// time-to-live of moka's own (each entry carries its own expiry, checked on the
+/// monotonic local clock): a new DENY, the sign of a hot key, is always admitted, and
+/// an insert costs about half of TinyLFU's with a time-to-live (docs/PERFORMANCE.md).
 pub struct DenyCache {
     entries: Option<Cache<KeyHash, Entry, Prehashed>>,
     ttl: Duration,
@@ -29,13 +33,14 @@ pub struct DenyCache {
 
 impl DenyCache {
     /// A cache keeping each DENY at most `ttl_ms` ms (0 disables the cache) and at most
-    /// `max_entries` entries (moka's TinyLFU decides what to evict).
+    /// `max_entries` entries (the least recently used is evicted; moka counts and evicts
+    /// lazily, so the count can run a little over between its housekeeping runs).
     pub fn new(ttl_ms: u64, max_entries: u64) -> Self {
         let ttl = Duration::from_millis(ttl_ms);
         let entries = (ttl_ms > 0 && max_entries > 0).then(|| {
             Cache::builder()
                 .max_capacity(max_entries)
-                .time_to_live(ttl)
+                .eviction_policy(moka::policy::EvictionPolicy::lru())
                 .build_with_hasher(Prehashed)
         });
         DenyCache { entries, ttl }
@@ -63,9 +68,11 @@ impl DenyCache {
 
     /// The cached DENY for `key` ([`TagKey::of`] of the tag) and `cost` at `now_us` (wall clock µs), if one is
     /// fresh, with `reset_ms` and `wait_ms` reduced by the whole ms since Redis was
-    /// asked and `source = cache`. The wall clock is the one local decisions read (once
-    /// per batch); a clock stepping back counts as no time passed, and moka's own
-    /// monotonic time-to-live (`cache.ttl_ms`) bounds an entry's life whatever the clock.
+    /// asked and `source = cache`. The clock is the one local decisions read (once per
+    /// batch, [`crate::clock::local_clock_us`], monotonic), so an entry answers for at
+    /// most `min(cache.ttl_ms, wait_ms)` whatever the wall clock does; a `now_us`
+    /// before the entry counts as no time passed. An expired entry stays until a new
+    /// DENY replaces it or it is evicted: it only takes room, never answers.
     pub fn lookup(&self, key: KeyHash, cost: u32, now_us: f64) -> Option<Decision> {
         let entry = self.entries.as_ref()?.get(&key)?;
         let elapsed = (now_us - entry.at_us).max(0.0);

@@ -1,0 +1,152 @@
+//! Bytes of resident memory per tracked key, and what a new key costs when the map is
+//! full (eviction), for the local buckets and the deny cache, measured apart in one
+//! process each: `benches/memory.sh --structures` runs it once per case.
+//!
+//! ```text
+//! cargo bench --bench keymem -- local token_bucket 1000000
+//! cargo bench --bench keymem -- deny - 1000000
+//! ```
+//!
+//! It fills a map sized for KEYS with KEYS distinct keys (one decision or one cached
+//! DENY each), reads `VmRSS` before and after (`/proc/self/status`), then sends KEYS more
+//! new keys, each evicting one, and times them. Output: one JSON line.
+//! Run bare (as `cargo test --all-targets` does), it measures 10,000 keys of each kind.
+
+use ratelimitd::algorithm::{Algorithm, Kind, Per};
+use ratelimitd::cache::DenyCache;
+use ratelimitd::decision::{Decision, Source};
+use ratelimitd::fallback::LocalBuckets;
+use ratelimitd::key::TagKey;
+use std::time::Instant;
+
+/// Resident set now, bytes.
+fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// The `"api:k<i>"` key of request `i`, hashed as the daemon does.
+fn key(keys: &TagKey, i: u64) -> u64 {
+    let mut buf = itoa::Buffer::new();
+    let mut tag = [0u8; 32];
+    let digits = buf.format(i).as_bytes();
+    tag[..5].copy_from_slice(b"api:k");
+    tag[5..5 + digits.len()].copy_from_slice(digits);
+    keys.of(std::str::from_utf8(&tag[..5 + digits.len()]).unwrap_or("api:k"))
+}
+
+fn measure(what: &str, algorithm: &str, n: u64) {
+    let keys = TagKey::default();
+    let now = 1.7e15;
+    let before = rss();
+    let (held, fill_s, evict_s);
+    match what {
+        "local" => {
+            let kind = Kind::from_name(algorithm).expect("an algorithm name");
+            let per = match kind {
+                Kind::TokenBucket | Kind::LeakyBucket => Per::Rate(10.0),
+                _ => Per::WindowMs(60_000),
+            };
+            let params = Algorithm {
+                kind,
+                limit: 100,
+                per,
+            }
+            .params(1);
+            let local = LocalBuckets::new(n);
+            let t = Instant::now();
+            for i in 0..n {
+                local.decide(key(&keys, i), 100, &params, 1, now);
+            }
+            fill_s = t.elapsed().as_secs_f64();
+            held = local.len();
+            let t = Instant::now();
+            for i in n..2 * n {
+                local.decide(key(&keys, i), 100, &params, 1, now);
+            }
+            evict_s = t.elapsed().as_secs_f64();
+            report(
+                what,
+                algorithm,
+                n,
+                held,
+                before,
+                fill_s,
+                evict_s,
+                local.len(),
+            );
+        }
+        "deny" => {
+            let cache = DenyCache::new(60_000, n);
+            let deny = Decision {
+                allowed: false,
+                limit: 100,
+                remaining: 0,
+                reset_ms: 60_000,
+                wait_ms: 60_000,
+                source: Source::Redis,
+            };
+            let t = Instant::now();
+            for i in 0..n {
+                cache.remember(key(&keys, i), 1, &deny, now);
+            }
+            fill_s = t.elapsed().as_secs_f64();
+            held = cache.len();
+            let t = Instant::now();
+            for i in n..2 * n {
+                cache.remember(key(&keys, i), 1, &deny, now);
+            }
+            evict_s = t.elapsed().as_secs_f64();
+            report(what, "-", n, held, before, fill_s, evict_s, cache.len());
+        }
+        other => panic!("keymem: unknown structure {other:?} (local or deny)"),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    what: &str,
+    algorithm: &str,
+    n: u64,
+    held: u64,
+    before: u64,
+    fill_s: f64,
+    evict_s: f64,
+    held_after: u64,
+) {
+    // RSS after the eviction phase: the steady state of a full map under churn.
+    let after = rss();
+    let per_key = after.saturating_sub(before) as f64 / held_after.max(1) as f64;
+    println!(
+        "{{\"structure\":\"{what}\",\"algorithm\":\"{algorithm}\",\"capacity\":{n},\"held_full\":{held},\
+         \"held_after_churn\":{held_after},\"rss_mb\":{:.1},\"bytes_per_key\":{per_key:.0},\
+         \"insert_ns\":{:.0},\"insert_evicting_ns\":{:.0}}}",
+        after.saturating_sub(before) as f64 / 1e6,
+        fill_s * 1e9 / n as f64,
+        evict_s * 1e9 / n as f64,
+    );
+    // The local buckets are exact; moka (the deny cache) counts and evicts lazily.
+    if what == "local" {
+        assert!(held <= n && held_after <= n, "more than {n} held");
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    match args.as_slice() {
+        [what, algorithm, n] => measure(what, algorithm, n.parse().expect("KEYS")),
+        _ => {
+            for kind in Kind::ALL {
+                measure("local", kind.as_str(), 10_000);
+            }
+            measure("deny", "-", 10_000);
+        }
+    }
+}
