@@ -307,10 +307,15 @@ async fn start_redis(config: &Config) -> Result<(Option<Arc<Store>>, Arc<Circuit
     if circuit.is_open() {
         circuit.warned_at_start();
         metrics::circuit(true);
+        // The cause, when there is one, was logged once already ("cannot use Redis: …").
+        let said = if store.last_connection_error().is_some() {
+            " (the cause is in the \"cannot use Redis\" line above)"
+        } else {
+            ""
+        };
         tracing::warn!(
             mode = ?config.redis.mode, %nodes, open_primaries = circuit.open_primaries(),
-            cause = store.last_connection_error().unwrap_or_default(),
-            "Redis unreachable at start (or some of its primaries): deciding their keys locally (per on_redis_failure) and probing in the background"
+            "Redis unreachable at start (or some of its primaries){said}: deciding their keys locally (per on_redis_failure) and probing in the background"
         );
     } else {
         tracing::info!(mode = ?config.redis.mode, %nodes, "connected to Redis; scripts loaded on every primary");

@@ -3,12 +3,16 @@
 //! twins): bursts admit exactly the limit, `remaining` counts down, the leaky bucket
 //! spaces its admissions at the leak rate, a DENY's `wait_ms` is enough and not far too
 //! much, keys are hash-tagged and expire, a sliding log holds no more than its limit,
-//! and windows fall back to `limit ÷ hosts` when Redis is gone. Also measures Redis
-//! memory per key (`MEMORY USAGE`) for docs/ALGORITHMS.md.
+//! and windows fall back to `limit ÷ hosts` when Redis is gone. The cluster test runs on
+//! a plain cluster and on one reached over TLS only with the documented least-privilege
+//! ACL user (`tests/secure_redis`). Also measures Redis memory per key (`MEMORY USAGE`)
+//! for docs/ALGORITHMS.md.
 
 mod common;
+mod secure_redis;
 
 use common::*;
+use secure_redis::{Flavor, TestCluster};
 use std::thread::sleep;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -137,10 +141,10 @@ fn exercise(d: &Daemon, source: &str, tag: &str) {
     }
 }
 
-fn cluster_config(nodes: &[String]) -> String {
+fn cluster_config(cluster: &TestCluster) -> String {
     format!(
-        "[redis]\nmode = \"cluster\"\nnodes = {}\ntimeout_ms = 25\nprefix = \"rl\"\n{FIVE}",
-        toml_str_array(nodes)
+        "[redis]\n{}timeout_ms = 25\nprefix = \"rl\"\n{FIVE}",
+        cluster.redis_fields()
     )
 }
 
@@ -157,10 +161,11 @@ fn five_algorithms_locally() {
     exercise(&d, "local", "none");
 }
 
-#[test]
-fn five_algorithms_in_cluster() {
-    let cluster = RedisCluster::start();
-    let d = Daemon::start(&cluster_config(&cluster.addrs()));
+plain_and_tls!(five_algorithms_in_cluster);
+
+fn five_algorithms_in_cluster(flavor: Flavor) {
+    let cluster = TestCluster::start(flavor);
+    let d = Daemon::start(&cluster_config(&cluster));
     exercise(&d, "redis", "cluster");
 
     // Each algorithm's key carries the {rule:key} hash tag, has the expected type and
@@ -198,6 +203,7 @@ fn five_algorithms_in_cluster() {
         .parse()
         .unwrap();
     assert!((1..=5).contains(&members), "ZCARD {members}");
+    cluster.assert_no_acl_denials();
 }
 
 #[test]

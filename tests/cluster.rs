@@ -1,21 +1,23 @@
 //! The daemon deciding in a real 6-node Redis Cluster (3 primaries, 3 replicas) on
 //! loopback, and in a standalone Redis: the token bucket, the deny cache, hash-tagged
 //! keys, ordering under pipelining, a budget shared by two daemons, NOSCRIPT recovery,
-//! and a full outage with its local fallback and return to Redis.
+//! slot redirects (MOVED, ASK), a primary failing over, and a full outage with its local
+//! fallback and return to Redis. The cluster tests run twice: on a plain cluster and on
+//! one reached over TLS only with the documented least-privilege ACL user
+//! (`tests/secure_redis`), which must then have refused the daemon nothing.
 
 mod common;
+mod secure_redis;
 
 use common::*;
+use secure_redis::{Flavor, TestCluster};
 use std::time::{Duration, Instant};
 
-fn cluster_config(nodes: &[String], extra: &str) -> String {
-    let nodes: Vec<String> = nodes.iter().map(|n| format!("\"{n}\"")).collect();
+fn cluster_config(cluster: &TestCluster, extra: &str) -> String {
     format!(
         r#"
 [redis]
-mode = "cluster"
-nodes = [{}]
-timeout_ms = 25
+{}timeout_ms = 25
 prefix = "rl"
 
 [cache]
@@ -23,7 +25,7 @@ ttl_ms = 500
 
 {extra}
 "#,
-        nodes.join(", ")
+        cluster.redis_fields()
     )
 }
 
@@ -55,23 +57,35 @@ capacity = 50
 refill_rate = 0.001
 "#;
 
-#[test]
-fn burst_wait_cache_and_hash_tag_in_cluster() {
-    let cluster = RedisCluster::start();
-    let d = Daemon::start(&cluster_config(&cluster.addrs(), RULES));
+plain_and_tls!(
+    burst_wait_cache_and_hash_tag_in_cluster,
+    pipelined_mixed_requests_answer_in_order_through_redis,
+    two_daemons_on_one_cluster_share_one_budget_exactly,
+    script_flush_reloads_the_scripts,
+    full_outage_falls_back_locally_without_waiting_then_returns_to_redis,
+);
+
+fn burst_wait_cache_and_hash_tag_in_cluster(flavor: Flavor) {
+    let cluster = TestCluster::start(flavor);
+    let d = Daemon::start(&cluster_config(&cluster, RULES));
     let mut c = d.connect();
 
-    // A burst admits exactly `capacity`, `remaining` counting down.
-    for i in 0..20 {
-        let r = parse_reply(&c.request("CHECK rides_request user:42"));
+    // A burst admits exactly `capacity`, `remaining` counting down. Pipelined, so that
+    // the burst reaches Redis within milliseconds however busy the machine (sent one by
+    // one, 21 round trips may take long enough on a loaded host to refill a token).
+    let burst: Vec<String> = (0..21)
+        .map(|_| "CHECK rides_request user:42".to_string())
+        .collect();
+    let replies: Vec<Reply> = c.pipeline(&burst).iter().map(|l| parse_reply(l)).collect();
+    for (i, r) in replies[..20].iter().enumerate() {
         assert_eq!(
             (r.verdict.as_str(), r.limit, r.remaining, r.source.as_str()),
-            ("ALLOW", 20, 19 - i, "redis"),
+            ("ALLOW", 20, 19 - i as u64, "redis"),
             "request {i}"
         );
         assert_eq!(r.wait_ms, 0);
     }
-    let r = parse_reply(&c.request("CHECK rides_request user:42"));
+    let r = &replies[20];
     assert_eq!(
         (r.verdict.as_str(), r.remaining, r.source.as_str()),
         ("DENY", 0, "redis")
@@ -83,10 +97,13 @@ fn burst_wait_cache_and_hash_tag_in_cluster() {
     );
 
     // wait_ms matches the refill rate: 1 token at 2/s is 500 ms, and waiting it is enough.
-    for _ in 0..5 {
-        assert!(c.request("CHECK slow k").starts_with("ALLOW"));
-    }
-    let first = parse_reply(&c.request("CHECK slow k"));
+    let burst: Vec<String> = (0..6).map(|_| "CHECK slow k".to_string()).collect();
+    let replies = c.pipeline(&burst);
+    assert!(
+        replies[..5].iter().all(|r| r.starts_with("ALLOW")),
+        "{replies:?}"
+    );
+    let first = parse_reply(&replies[5]);
     assert_eq!(
         (first.verdict.as_str(), first.source.as_str()),
         ("DENY", "redis")
@@ -131,12 +148,12 @@ fn burst_wait_cache_and_hash_tag_in_cluster() {
         .parse()
         .unwrap_or(-3);
     assert!(ttl > 0 && ttl <= 3_600, "PTTL {ttl}");
+    cluster.assert_no_acl_denials();
 }
 
-#[test]
-fn pipelined_mixed_requests_answer_in_order_through_redis() {
-    let cluster = RedisCluster::start();
-    let d = Daemon::start(&cluster_config(&cluster.addrs(), RULES));
+fn pipelined_mixed_requests_answer_in_order_through_redis(flavor: Flavor) {
+    let cluster = TestCluster::start(flavor);
+    let d = Daemon::start(&cluster_config(&cluster, RULES));
     let mut c = d.connect();
     let mut lines = Vec::new();
     let mut want = Vec::new();
@@ -168,12 +185,12 @@ fn pipelined_mixed_requests_answer_in_order_through_redis() {
             assert_eq!(parse_reply(g).source, "redis", "{g}");
         }
     }
+    cluster.assert_no_acl_denials();
 }
 
-#[test]
-fn two_daemons_on_one_cluster_share_one_budget_exactly() {
-    let cluster = RedisCluster::start();
-    let config = cluster_config(&cluster.addrs(), RULES);
+fn two_daemons_on_one_cluster_share_one_budget_exactly(flavor: Flavor) {
+    let cluster = TestCluster::start(flavor);
+    let config = cluster_config(&cluster, RULES);
     let a = Daemon::start(&config);
     let b = Daemon::start(&config);
     let run = |d: &Daemon| {
@@ -200,13 +217,13 @@ fn two_daemons_on_one_cluster_share_one_budget_exactly() {
         .iter()
         .all(|r| r.source == "redis" || r.source == "cache"));
     assert!(ra.iter().any(|l| l.starts_with("ALLOW")) && rb.iter().any(|l| l.starts_with("ALLOW")));
+    cluster.assert_no_acl_denials();
 }
 
-#[test]
-fn script_flush_and_standalone_mode() {
-    // NOSCRIPT: scripts flushed on every primary are re-loaded, the decision stays in Redis.
-    let cluster = RedisCluster::start();
-    let d = Daemon::start(&cluster_config(&cluster.addrs(), RULES));
+/// NOSCRIPT: scripts flushed on every primary are re-loaded, the decision stays in Redis.
+fn script_flush_reloads_the_scripts(flavor: Flavor) {
+    let cluster = TestCluster::start(flavor);
+    let d = Daemon::start(&cluster_config(&cluster, RULES));
     let mut c = d.connect();
     assert_eq!(parse_reply(&c.request("CHECK big f1")).source, "redis");
     for addr in cluster.primary_addrs() {
@@ -216,8 +233,11 @@ fn script_flush_and_standalone_mode() {
         let r = parse_reply(&c.request(&format!("CHECK big f{i}")));
         assert_eq!(r.source, "redis", "after SCRIPT FLUSH: {r:?}");
     }
+    cluster.assert_no_acl_denials();
+}
 
-    // The same daemon against one standalone Redis.
+#[test]
+fn standalone_mode() {
     let redis = RedisStandalone::start();
     let d = Daemon::start(&standalone_config(&redis));
     let mut c = d.connect();
@@ -236,9 +256,8 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
 }
 
-#[test]
-fn full_outage_falls_back_locally_without_waiting_then_returns_to_redis() {
-    let mut cluster = RedisCluster::start();
+fn full_outage_falls_back_locally_without_waiting_then_returns_to_redis(flavor: Flavor) {
+    let mut cluster = TestCluster::start(flavor);
     let rules = r#"
 [fallback]
 hosts = 4
@@ -263,7 +282,7 @@ capacity = 20
 refill_rate = 0.001
 on_redis_failure = "deny"
 "#;
-    let d = Daemon::start(&cluster_config(&cluster.addrs(), rules));
+    let d = Daemon::start(&cluster_config(&cluster, rules));
     let mut c = d.connect();
     for rule in ["local", "open", "closed"] {
         assert_eq!(
@@ -310,7 +329,7 @@ on_redis_failure = "deny"
     latencies.sort();
     let (p99, max) = (percentile(&latencies, 0.99), *latencies.last().unwrap());
     eprintln!(
-        "outage latency: p50 {:?} p99 {p99:?} max {max:?}",
+        "{flavor:?}: outage latency: p50 {:?} p99 {p99:?} max {max:?}",
         percentile(&latencies, 0.5)
     );
     // Only the request that discovers the outage waits, and at most the Redis timeout.
@@ -333,13 +352,14 @@ on_redis_failure = "deny"
         std::thread::sleep(Duration::from_millis(10));
     }
     let back = back.expect("decisions return to Redis");
-    eprintln!("back to redis {back:?} after the cluster answered");
+    eprintln!("{flavor:?}: back to redis {back:?} after the cluster answered");
     assert!(back <= Duration::from_secs(1), "{back:?}");
 
     // Each transition logged once, not per request.
     let log = d.log();
     assert_eq!(log.matches("circuit open").count(), 1, "{log}");
     assert_eq!(log.matches("circuit closed").count(), 1, "{log}");
+    cluster.assert_no_acl_denials();
 }
 
 #[test]

@@ -1,11 +1,12 @@
 //! Redis as production runs it: a TLS-only Redis Cluster with client certificates and a
-//! least-privilege ACL user, a wrong password or CA fixed by a reload, and Sentinel
-//! failing over under load. Real servers on loopback; the CA is made at run time.
+//! least-privilege ACL user, the password from the systemd credential and never shown,
+//! and Sentinel failing over under load. Real servers on loopback; the CA is made at run
+//! time. (Redis refusing the daemon, and the fix by a reload: `tests/redis_refusals.rs`.)
 
 mod common;
 mod secure_redis;
 
-use common::{parse_reply, toml_str_array, toml_string, Client, Daemon};
+use common::{daemon_bin, parse_reply, toml_str_array, toml_string, Client, Daemon};
 use secure_redis::{Pki, SentinelSet, TlsCluster, DAEMON_PASSWORD, SENTINEL_PASSWORD};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -55,14 +56,20 @@ fn password_file(dir: &Path, password: &str) -> std::path::PathBuf {
 }
 
 /// The `[redis]` table for the TLS cluster with the daemon's ACL user.
-fn tls_config(cluster: &TlsCluster, pki: &Pki, password_file: &Path, ca: &str) -> String {
+/// Without `password_file`, the password comes from the systemd credential.
+fn tls_config(cluster: &TlsCluster, pki: &Pki, password_file: Option<&Path>, ca: &str) -> String {
+    let pw = password_file.map_or(String::new(), |p| {
+        format!(
+            "password_file = {}\n",
+            toml_string(&p.display().to_string())
+        )
+    });
     format!(
         "[redis]\nmode = \"cluster\"\nnodes = {nodes}\ntimeout_ms = 200\n\
-         username = \"ratelimitd\"\npassword_file = {pw}\n\
+         username = \"ratelimitd\"\n{pw}\
          tls = true\ntls_ca_file = {ca}\ntls_cert_file = {cert}\ntls_key_file = {key}\n\
          [cache]\nttl_ms = 0\n{RULES}",
         nodes = toml_str_array(&cluster.addrs()),
-        pw = toml_string(&password_file.display().to_string()),
         ca = toml_string(&pki.path(ca).display().to_string()),
         cert = toml_string(&pki.path("client.crt").display().to_string()),
         key = toml_string(&pki.path("client.key").display().to_string()),
@@ -84,12 +91,27 @@ fn wait_for_source(c: &mut Client, rule: &str, source: &str, within: Duration) -
     None
 }
 
+/// The password as systemd hands it over (`LoadCredential=redis-password:…`): a file
+/// named `redis-password` in `$CREDENTIALS_DIRECTORY`, no `password_file` in the config.
 #[test]
-fn tls_cluster_with_acl_user_decides_every_algorithm_in_redis() {
+fn tls_cluster_with_acl_user_and_systemd_credential_decides_every_algorithm_in_redis() {
     let pki = Pki::new();
     let cluster = TlsCluster::start(&pki);
-    let pw = password_file(cluster.dir(), DAEMON_PASSWORD);
-    let d = Daemon::start(&tls_config(&cluster, &pki, &pw, "ca.crt"));
+    let credentials = common::short_tempdir("rld-cred-");
+    fs::write(
+        credentials.path().join("redis-password"),
+        format!("{DAEMON_PASSWORD}\n"),
+    )
+    .unwrap();
+    let env = [(
+        "CREDENTIALS_DIRECTORY",
+        credentials.path().to_str().unwrap(),
+    )];
+    let d = Daemon::start_with(
+        &daemon_bin(),
+        &env,
+        &tls_config(&cluster, &pki, None, "ca.crt"),
+    );
     let mut c = d.connect();
     assert!(
         wait_for_source(&mut c, "tb", "redis", Duration::from_secs(10)).is_some(),
@@ -115,79 +137,34 @@ fn tls_cluster_with_acl_user_decides_every_algorithm_in_redis() {
         denials.trim().is_empty(),
         "the documented ACL line refused something:\n{denials}"
     );
-    let log = d.log();
-    assert!(
-        !log.contains(DAEMON_PASSWORD),
-        "the password reached the log"
-    );
-    println!("TLS + ACL cluster: 5 algorithms x 6 keys decided in Redis, ACL LOG empty");
-}
-
-/// A daemon Redis refuses (`cause`: the words its log line must use) answers every
-/// request locally and logs the cause once or twice, not per retry; `fix` repairs the
-/// file, and after SIGHUP decisions are back in Redis within 1.5 s. `what` names the
-/// case in the printed figures.
-fn refused_then_fixed_by_reload(d: &Daemon, what: &str, cause: &str, fix: impl FnOnce()) {
-    let mut c = d.connect();
-    // Every request is answered, locally, while Redis refuses the daemon.
-    for i in 0..20 {
-        let r = parse_reply(&c.request(&format!("CHECK tb k{i}")));
-        assert_eq!(r.source, "local", "{r:?}");
-    }
-    std::thread::sleep(Duration::from_secs(2));
-    let log = d.log();
-    let lines = log.lines().filter(|l| l.contains(cause)).count();
-    assert!(
-        lines >= 1,
-        "no log line says {cause:?}:\n{}",
-        d.log_tail(20)
-    );
-    // fred retries every 100 ms: ~20 failures in 2 s must not give 20 lines.
-    assert!(lines <= 2, "{lines} lines saying {cause:?}: a retry storm");
-    fix();
-    d.signal(libc::SIGHUP);
-    let took = wait_for_source(&mut c, "tb", "redis", Duration::from_secs(5));
-    let took =
-        took.unwrap_or_else(|| panic!("not back in Redis after the fix:\n{}", d.log_tail(30)));
-    println!("{what}: {lines} log line(s); back in Redis {took:?} after SIGHUP");
-    assert!(took <= Duration::from_millis(1500), "took {took:?}");
-}
-
-#[test]
-fn wrong_password_serves_locally_names_authentication_and_a_reload_fixes_it() {
-    let pki = Pki::new();
-    let cluster = TlsCluster::start(&pki);
-    let pw = password_file(cluster.dir(), "not-the-password");
-    let d = Daemon::start(&tls_config(&cluster, &pki, &pw, "ca.crt"));
-    refused_then_fixed_by_reload(&d, "wrong password", "authentication failed", || {
-        fs::write(&pw, format!("{DAEMON_PASSWORD}\n")).unwrap()
-    });
-    assert!(
-        !d.log().contains("not-the-password"),
-        "the password reached the log"
-    );
-}
-
-#[test]
-fn wrong_ca_serves_locally_names_the_certificate_and_a_reload_fixes_it() {
-    let pki = Pki::new();
-    let cluster = TlsCluster::start(&pki);
-    let pw = password_file(cluster.dir(), DAEMON_PASSWORD);
-    // The configured CA file holds a CA that did not sign the servers' certificates.
-    let ca = cluster.dir().join("trusted-ca.crt");
-    fs::copy(pki.path("other-ca.crt"), &ca).unwrap();
-    let config = tls_config(&cluster, &pki, &pw, "ca.crt").replace(
-        &toml_string(&pki.path("ca.crt").display().to_string()),
-        &toml_string(&ca.display().to_string()),
-    );
-    let d = Daemon::start(&config);
-    refused_then_fixed_by_reload(&d, "wrong CA", "TLS failed", || {
+    // The password is nowhere to be seen: not in the log, the command line, the
+    // environment, nor what `--check` prints.
+    let proc_file = |f: &str| fs::read(format!("/proc/{}/{f}", d.pid())).unwrap_or_default();
+    let check = std::process::Command::new(daemon_bin())
+        .arg("--config")
+        .arg(d.config_path())
+        .arg("--check")
+        .envs(env)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "--check: {check:?}");
+    let shown = [
+        ("the log", d.log().into_bytes()),
+        ("/proc/<pid>/cmdline", proc_file("cmdline")),
+        ("/proc/<pid>/environ", proc_file("environ")),
+        ("--check output", [check.stdout, check.stderr].concat()),
+    ];
+    for (place, bytes) in &shown {
         assert!(
-            d.log().contains("certificate"),
-            "the log does not name the certificate"
+            !bytes.is_empty() || *place == "--check output",
+            "{place} is empty"
         );
-        fs::copy(pki.path("ca.crt"), &ca).unwrap();
-    });
+        assert!(
+            !String::from_utf8_lossy(bytes).contains(DAEMON_PASSWORD),
+            "the password reached {place}"
+        );
+    }
+    println!("TLS + ACL cluster, password from $CREDENTIALS_DIRECTORY/redis-password: 5 algorithms x 6 keys decided in Redis, ACL LOG empty; the password in none of the log, cmdline, environ, --check output");
 }
 
 #[test]

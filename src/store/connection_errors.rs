@@ -1,58 +1,101 @@
 //! What went wrong connecting to Redis, said once per cause instead of once per retry.
 //!
 //! fred reconnects every 100 ms while a node refuses the daemon; each failed attempt is
-//! an error event. An operator needs one line that names the cause (authentication, a
-//! certificate, a refused port) and needs it again only when the cause changes or after
-//! a long quiet spell, so the journal carries a diagnosis instead of a retry storm. The
-//! last cause is also kept for the start-up message and `STATUS=`.
+//! an error event, from every node that refuses. An operator needs one line that names
+//! the cause (authentication, a certificate, a refused port) and needs it again only
+//! after a long quiet spell or a reload that changed the secrets' files, so the journal
+//! carries one diagnosis per cause instead of a retry storm, however many nodes fail and
+//! in whatever order. The last cause is also kept for the start-up message and `STATUS=`.
 
-use crate::throttle::Throttle;
 use fred::error::{Error, ErrorKind};
+use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The same cause is logged again at most this often.
 const REPEAT_INTERVAL: Duration = Duration::from_secs(60);
 
-/// The last connection failure and its log throttle.
-#[derive(Debug)]
+/// Causes remembered at once (a few kinds of failure; the oldest are forgotten first).
+const MAX_CAUSES: usize = 16;
+
+/// The causes seen, when each was last logged, and the last one.
+#[derive(Debug, Default)]
 pub struct ConnectionErrors {
-    last: Mutex<Option<String>>,
-    repeat: Throttle,
+    state: Mutex<State>,
 }
 
-impl Default for ConnectionErrors {
-    fn default() -> Self {
-        ConnectionErrors {
-            last: Mutex::new(None),
-            repeat: Throttle::new(REPEAT_INTERVAL),
-        }
-    }
+#[derive(Debug, Default)]
+struct State {
+    logged: HashMap<String, Instant>,
+    last: Option<String>,
 }
 
 impl ConnectionErrors {
-    /// Records a failed connection to `server`; logs it when its cause differs from the
-    /// last one or the last line is older than [`REPEAT_INTERVAL`].
+    /// Records a failed connection to `server`; logs it when its cause was not logged
+    /// within [`REPEAT_INTERVAL`], whichever server it came from: a wrong password on
+    /// every node of a cluster, or nodes failing in turns with two causes, is one line
+    /// per cause, not one per node and retry.
     pub fn record(&self, error: &Error, server: &str) {
         let cause = describe(error);
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        let changed = last.as_deref() != Some(cause.as_str());
-        let due = self.repeat.admit();
-        if changed || due.is_some() {
+        let now = Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let due = state
+            .logged
+            .get(&cause)
+            .is_none_or(|at| now.duration_since(*at) >= REPEAT_INTERVAL);
+        if due {
             tracing::warn!(
                 server,
                 cause = %cause,
                 "cannot use Redis: {cause}; deciding per on_redis_failure and retrying in the background (a reload re-reads the password and certificate files)"
             );
+            if state.logged.len() >= MAX_CAUSES {
+                if let Some(oldest) = state
+                    .logged
+                    .iter()
+                    .min_by_key(|(_, at)| **at)
+                    .map(|(c, _)| c.clone())
+                {
+                    state.logged.remove(&oldest);
+                }
+            }
+            state.logged.insert(cause.clone(), now);
         }
-        *last = Some(cause);
+        state.last = Some(cause);
+    }
+
+    /// Forgets what was logged, so that a cause still there after a reload is said
+    /// again (the operator's fix did not work).
+    pub fn forget(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.logged.clear();
     }
 
     /// The last cause recorded, if any.
     pub fn last(&self) -> Option<String> {
-        self.last.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last
+            .clone()
     }
 }
+
+/// True when Redis answered but refuses the daemon: a missing permission (`NOPERM`) or
+/// authentication (`WRONGPASS`, `NOAUTH`). Such replies come to commands, not to the
+/// connection, so the caller records them here to have them said once.
+pub fn is_refusal(error: &Error) -> bool {
+    let details = error.details();
+    ["NOPERM", "WRONGPASS", "NOAUTH"]
+        .iter()
+        .any(|p| details.contains(p))
+}
+
+/// What an authentication failure tells the operator to check.
+const AUTH: &str = "authentication failed (check redis.username and the password file)";
+/// What a TLS failure tells the operator to check.
+const TLS: &str =
+    "TLS failed (check redis.tls_ca_file, the certificates, their dates and tls_server_name)";
 
 /// A one-line diagnosis: the kind of failure, in an operator's words, then fred's detail
 /// (which never contains a password: Redis answers `WRONGPASS` without echoing it).
@@ -60,22 +103,35 @@ pub fn describe(error: &Error) -> String {
     let details = error.details();
     let lower = details.to_ascii_lowercase();
     let what = match error.kind() {
-        ErrorKind::Auth => "authentication failed (check redis.username and the password file)",
-        ErrorKind::Tls => {
-            "TLS failed (check redis.tls_ca_file, the certificates and tls_server_name)"
-        }
-        _ if details.contains("WRONGPASS") || details.contains("NOAUTH") => {
-            "authentication failed (check redis.username and the password file)"
-        }
+        ErrorKind::Auth => AUTH,
+        ErrorKind::Tls => TLS,
+        _ if details.contains("WRONGPASS") || details.contains("NOAUTH") => AUTH,
         _ if details.contains("NOPERM") => {
             "the ACL user lacks a permission (see docs/PRODUCTION-REDIS.md for the ACL line)"
         }
+        _ if details.contains("CLUSTERDOWN") => {
+            "the cluster is down (slots without a primary, until a replica is promoted)"
+        }
+        // A server that went away mid-connection: over TLS, rustls reports the missing
+        // close_notify, which is not a certificate problem.
+        _ if lower.contains("unexpectedeof")
+            || lower.contains("close_notify")
+            || lower.contains("connection reset") =>
+        {
+            "the server closed the connection"
+        }
+        // An expired or revoked client certificate: the server's alert.
+        _ if lower.contains("alert") && lower.contains("certificate") => {
+            "TLS failed: the server refused the client certificate (check redis.tls_cert_file and its dates)"
+        }
+        _ if lower.contains("expired") => TLS,
         _ if lower.contains("certificate")
             || lower.contains("tls")
             || lower.contains("handshake") =>
         {
-            "TLS failed (check redis.tls_ca_file, the certificates and tls_server_name)"
+            TLS
         }
+        _ if lower.contains("connection refused") => "connection refused (is Redis listening there?)",
         ErrorKind::IO => "connection failed",
         _ => "Redis refused the connection",
     };
@@ -100,14 +156,29 @@ mod tests {
         assert!(describe(&io).starts_with("TLS failed"));
         let noperm = Error::new(ErrorKind::Unknown, "NOPERM this user has no permissions");
         assert!(describe(&noperm).contains("ACL user"));
+        // A TLS node killed: not a certificate problem.
+        let eof = Error::new(
+            ErrorKind::IO,
+            "Custom { kind: UnexpectedEof, error: \"peer closed connection without sending TLS close_notify\" }",
+        );
+        assert!(describe(&eof).starts_with("the server closed"));
+        let down = Error::new(ErrorKind::Cluster, "CLUSTERDOWN The cluster is down");
+        assert!(describe(&down).starts_with("the cluster is down"));
+        assert!(is_refusal(&noperm) && !is_refusal(&down));
     }
 
     #[test]
-    fn same_cause_is_recorded_once() {
+    fn each_cause_is_logged_once_whichever_server() {
         let errors = ConnectionErrors::default();
-        let e = Error::new(ErrorKind::Auth, "WRONGPASS x");
-        errors.record(&e, "127.0.0.1:1");
-        errors.record(&e, "127.0.0.1:1");
-        assert_eq!(errors.last().as_deref(), Some(describe(&e).as_str()));
+        let auth = Error::new(ErrorKind::Auth, "WRONGPASS x");
+        let down = Error::new(ErrorKind::Cluster, "CLUSTERDOWN The cluster is down");
+        for server in ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:1"] {
+            errors.record(&auth, server);
+            errors.record(&down, server);
+        }
+        assert_eq!(errors.state.lock().unwrap().logged.len(), 2);
+        assert_eq!(errors.last().as_deref(), Some(describe(&down).as_str()));
+        errors.forget();
+        assert!(errors.state.lock().unwrap().logged.is_empty());
     }
 }

@@ -17,7 +17,7 @@
 //!   while its breaker is open, and a probe is not sent while its connection is down.
 
 use super::connect::{connection_settings, credentials, secrets_fingerprint, servers, tls_files};
-use super::connection_errors::ConnectionErrors;
+use super::connection_errors::{is_refusal, ConnectionErrors};
 use super::credentials::Credentials;
 use super::health::{Circuit, PROBE_INTERVAL};
 use super::lateness::{mono_us, Lateness};
@@ -304,6 +304,8 @@ impl RedisStore {
         let mut seen = self.secrets_seen.lock().unwrap_or_else(|p| p.into_inner());
         if *seen != now {
             *seen = now;
+            // A cause still there after the fix is said again.
+            self.connection_errors.forget();
             // In the background; a failure shows as a connection error (which opens that
             // primary's breaker and names the cause), never as a reload error.
             let clients: Vec<Client> = self
@@ -499,6 +501,14 @@ impl RedisStore {
                 match self.probe(&primary).await {
                     Ok(()) => primary.health.close(),
                     Err(e) => {
+                        // A refusal (an ACL user without a command the scripts need, a
+                        // password changed under an open connection) is said once, as
+                        // a connection that fails is.
+                        if let StoreError::Unavailable { source, .. } = &e {
+                            if is_refusal(source) {
+                                self.connection_errors.record(source, primary.name());
+                            }
+                        }
                         let e = e.to_string();
                         if e != last_error {
                             tracing::debug!(primary = primary.name(), error = %e, "Redis probe failed");
