@@ -12,7 +12,7 @@ mod common;
 mod secure_redis;
 
 use common::*;
-use secure_redis::{Flavor, TestCluster};
+use secure_redis::{connect_in_redis, Flavor, TestCluster};
 use std::thread::sleep;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -166,6 +166,7 @@ plain_and_tls!(five_algorithms_in_cluster);
 fn five_algorithms_in_cluster(flavor: Flavor) {
     let cluster = TestCluster::start(flavor);
     let d = Daemon::start(&cluster_config(&cluster));
+    connect_in_redis(&d, "tb");
     exercise(&d, "redis", "cluster");
 
     // Each algorithm's key carries the {rule:key} hash tag, has the expected type and

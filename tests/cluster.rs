@@ -10,7 +10,7 @@ mod common;
 mod secure_redis;
 
 use common::*;
-use secure_redis::{Flavor, TestCluster};
+use secure_redis::{connect_in_redis, Flavor, TestCluster};
 use std::time::{Duration, Instant};
 
 fn cluster_config(cluster: &TestCluster, extra: &str) -> String {
@@ -68,7 +68,7 @@ plain_and_tls!(
 fn burst_wait_cache_and_hash_tag_in_cluster(flavor: Flavor) {
     let cluster = TestCluster::start(flavor);
     let d = Daemon::start(&cluster_config(&cluster, RULES));
-    let mut c = d.connect();
+    let mut c = connect_in_redis(&d, "rides_request");
 
     // A burst admits exactly `capacity`, `remaining` counting down. Pipelined, so that
     // the burst reaches Redis within milliseconds however busy the machine (sent one by
@@ -154,7 +154,7 @@ fn burst_wait_cache_and_hash_tag_in_cluster(flavor: Flavor) {
 fn pipelined_mixed_requests_answer_in_order_through_redis(flavor: Flavor) {
     let cluster = TestCluster::start(flavor);
     let d = Daemon::start(&cluster_config(&cluster, RULES));
-    let mut c = d.connect();
+    let mut c = connect_in_redis(&d, "big");
     let mut lines = Vec::new();
     let mut want = Vec::new();
     for i in 0..600 {
@@ -193,6 +193,8 @@ fn two_daemons_on_one_cluster_share_one_budget_exactly(flavor: Flavor) {
     let config = cluster_config(&cluster, RULES);
     let a = Daemon::start(&config);
     let b = Daemon::start(&config);
+    connect_in_redis(&a, "big");
+    connect_in_redis(&b, "big");
     let run = |d: &Daemon| {
         let mut c = d.connect();
         let lines: Vec<String> = (0..100).map(|_| "CHECK big shared".to_string()).collect();
@@ -224,7 +226,7 @@ fn two_daemons_on_one_cluster_share_one_budget_exactly(flavor: Flavor) {
 fn script_flush_reloads_the_scripts(flavor: Flavor) {
     let cluster = TestCluster::start(flavor);
     let d = Daemon::start(&cluster_config(&cluster, RULES));
-    let mut c = d.connect();
+    let mut c = connect_in_redis(&d, "big");
     assert_eq!(parse_reply(&c.request("CHECK big f1")).source, "redis");
     for addr in cluster.primary_addrs() {
         assert_eq!(cluster.cli(&addr, &["SCRIPT", "FLUSH"]), "OK");
@@ -283,7 +285,7 @@ refill_rate = 0.001
 on_redis_failure = "deny"
 "#;
     let d = Daemon::start(&cluster_config(&cluster, rules));
-    let mut c = d.connect();
+    let mut c = connect_in_redis(&d, "local");
     for rule in ["local", "open", "closed"] {
         assert_eq!(
             parse_reply(&c.request(&format!("CHECK {rule} warm"))).source,

@@ -9,7 +9,7 @@ mod common;
 mod secure_redis;
 
 use common::*;
-use secure_redis::{Flavor, TestCluster, ADMIN_PASSWORD, ADMIN_USER};
+use secure_redis::{connect_in_redis, Flavor, TestCluster, ADMIN_PASSWORD, ADMIN_USER};
 use std::time::{Duration, Instant};
 
 /// Ten tokens that do not refill during a test; deny cache off, so every request asks.
@@ -68,7 +68,7 @@ plain_and_tls!(
 fn a_migrated_slot_is_followed_with_its_state(flavor: Flavor) {
     let cluster = TestCluster::start(flavor);
     let d = Daemon::start(&config(&cluster));
-    let mut c = d.connect();
+    let mut c = connect_in_redis(&d, "tb");
     let key = "rl:{tb:mover}:tb";
     for i in 0..3 {
         let r = parse_reply(&c.request("CHECK tb mover"));
@@ -152,7 +152,7 @@ fn a_migrated_slot_is_followed_with_its_state(flavor: Flavor) {
 fn a_failed_primary_is_replaced_by_its_replica(flavor: Flavor) {
     let mut cluster = TestCluster::start(flavor);
     let d = Daemon::start(&config(&cluster));
-    let mut c = d.connect();
+    let mut c = connect_in_redis(&d, "tb");
     let key = "rl:{tb:victim}:tb";
     for i in 0..3 {
         let r = parse_reply(&c.request("CHECK tb victim"));

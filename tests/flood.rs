@@ -3,6 +3,11 @@
 //! (`server.redis_max_in_flight_per_uid`) and cannot slow down another uid's decisions.
 //! Real binary and Redis behind a slow proxy, loopback only; the flood runs `socat` as
 //! nobody (65534) and needs root.
+//!
+//! The bound on the other uid's p99, `timeout_ms` + 5 ms, is a latency bound: it holds
+//! when the daemon gets a CPU when it needs one. When other programs load the machine
+//! past 1.5 × its cores during the flood (load average), the figure is printed with the
+//! load as the reason that one check is skipped, never passed silently.
 
 mod common;
 
@@ -82,10 +87,26 @@ const TIMEOUT_MS: u64 = 25;
 /// Flooding connections (as nobody) × lines each: 100,000 CHECKs.
 const FLOODERS: usize = 2;
 const FLOOD_LINES: usize = 50_000;
-/// Bound on the victim's p99: `timeout_ms` + 5 ms, plus 70 ms for a debug build on a
-/// shared 2-core machine with a load average near 14, where the daemon itself waits for
-/// a CPU (measured there: p99 17–29 ms, max 23–57 ms; each run prints its figures).
-const P99_BOUND_MS: f64 = TIMEOUT_MS as f64 + 5.0 + 70.0;
+/// Bound on the victim's p99: `timeout_ms` + 5 ms. A victim's decision that Redis does
+/// not answer in time is made locally at `timeout_ms`; the 5 ms are the daemon's own
+/// work and scheduling on a machine that is not overloaded.
+const P99_BOUND_MS: f64 = TIMEOUT_MS as f64 + 5.0;
+
+/// The 1-minute load average (`/proc/loadavg`), if readable.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A line for the CI log even when the test passes (the harness captures `eprintln!`
+/// of passing tests; a direct write to stderr is not captured).
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
 
 fn flood_config(redis: &str, total: usize, per_uid: usize) -> String {
     format!(
@@ -109,9 +130,22 @@ refill_rate = 1000000000.0
     )
 }
 
-/// Runs the flood against a daemon with the given caps; returns (victim latencies
-/// during the flood, victim sources, flooders' replies by kind, baseline latencies).
-fn flood(total: usize, per_uid: usize) -> (Vec<f64>, Vec<String>, [usize; 3], Vec<f64>) {
+/// What one flood measured.
+struct Flood {
+    /// The victim's latencies during the flood, ms.
+    during: Vec<f64>,
+    /// The victim's reply sources during the flood.
+    sources: Vec<String>,
+    /// The flooders' replies: decisions, `ERR BUSY`, anything else.
+    kinds: [usize; 3],
+    /// The victim's latencies alone, before the flood, ms.
+    baseline: Vec<f64>,
+    /// The load average before and after the flood, and its mean.
+    load: (f64, f64, f64),
+}
+
+/// Runs the flood against a daemon with the given caps.
+fn flood(total: usize, per_uid: usize) -> Flood {
     let _one = one_at_a_time();
     let redis = RedisStandalone::start();
     // ~150-byte EVALSHA commands at 1 MB/s: about 7,000 decisions/s, so 32 in flight
@@ -129,6 +163,7 @@ fn flood(total: usize, per_uid: usize) -> (Vec<f64>, Vec<String>, [usize; 3], Ve
         .map(|i| timed(&mut victim, &format!("CHECK api b{i}")).0)
         .collect();
 
+    let load_before = load_average().unwrap_or(0.0);
     let mut flooders = Vec::new();
     for f in 0..FLOODERS {
         let input = d.dir().join(format!("flood{f}.txt"));
@@ -166,6 +201,7 @@ fn flood(total: usize, per_uid: usize) -> (Vec<f64>, Vec<String>, [usize; 3], Ve
         sources.push(r.source);
         i += 1;
     }
+    let load_after = load_average().unwrap_or(0.0);
     let mut kinds = [0usize; 3]; // decisions, ERR BUSY, anything else
     for (mut child, output) in flooders {
         assert!(child.wait().unwrap().success());
@@ -184,16 +220,31 @@ fn flood(total: usize, per_uid: usize) -> (Vec<f64>, Vec<String>, [usize; 3], Ve
             kinds[k] += 1;
         }
     }
-    (during, sources, kinds, baseline)
+    Flood {
+        during,
+        sources,
+        kinds,
+        baseline,
+        load: (load_before, load_after, (load_before + load_after) / 2.0),
+    }
 }
 
 #[test]
 fn a_uid_flooding_a_slow_redis_cannot_slow_down_another() {
     if !is_root() {
-        eprintln!("skipped: needs root to run the flooding client as uid {NOBODY}");
+        say(&format!(
+            "SKIP flood: needs root to run the flooding client as uid {NOBODY}"
+        ));
         return;
     }
-    let (mut during, sources, kinds, mut baseline) = flood(256, 32);
+    let Flood {
+        mut during,
+        sources,
+        kinds,
+        mut baseline,
+        load,
+    } = flood(256, 32);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let redis_share =
         sources.iter().filter(|s| *s == "redis").count() as f64 / sources.len() as f64;
     let (p50, p99, max) = (
@@ -205,16 +256,18 @@ fn a_uid_flooding_a_slow_redis_cannot_slow_down_another() {
         percentile(&mut baseline, 50.0),
         percentile(&mut baseline, 99.0),
     );
-    eprintln!(
+    say(&format!(
         "flood (share 32 of 256): victim {} CHECKs during the flood: p50 {p50:.2} ms, p99 {p99:.2} ms, \
          max {max:.2} ms, {:.0}% decided in Redis; alone: p50 {b50:.2} ms, p99 {b99:.2} ms; \
-         flooders: {} decisions, {} ERR BUSY, {} other",
+         flooders: {} decisions, {} ERR BUSY, {} other; load average {:.2} -> {:.2} on {cores} cores",
         during.len(),
         redis_share * 100.0,
         kinds[0],
         kinds[1],
-        kinds[2]
-    );
+        kinds[2],
+        load.0,
+        load.1,
+    ));
     assert_eq!(kinds[2], 0, "the flooders got only decisions and ERR BUSY");
     assert!(
         kinds[1] > 0,
@@ -224,12 +277,26 @@ fn a_uid_flooding_a_slow_redis_cannot_slow_down_another() {
         during.len() >= 20,
         "the victim was measured during the flood"
     );
-    assert!(
-        p99 <= P99_BOUND_MS,
-        "victim p99 {p99:.2} ms > {P99_BOUND_MS} ms"
-    );
+    if load.2 > 1.5 * cores as f64 {
+        say(&format!(
+            "SKIP flood: victim p99 <= timeout_ms + 5 ms = {P99_BOUND_MS} ms: p99 {p99:.2} ms; \
+             load average {:.2} > 1.5 x {cores} cores during the flood (other programs)",
+            load.2
+        ));
+    } else {
+        assert!(
+            p99 <= P99_BOUND_MS,
+            "victim p99 {p99:.2} ms > timeout_ms + 5 ms = {P99_BOUND_MS} ms (load average {:.2} on {cores} cores)",
+            load.2
+        );
+    }
     if std::env::var_os("RLD_FLOOD_UNCAPPED").is_some() {
-        let (mut during, sources, kinds, _) = flood(1_000_000, 1_000_000);
+        let Flood {
+            mut during,
+            sources,
+            kinds,
+            ..
+        } = flood(1_000_000, 1_000_000);
         let redis = sources.iter().filter(|s| *s == "redis").count();
         eprintln!(
             "flood (uncapped): victim {} CHECKs: p50 {:.2} ms, p99 {:.2} ms, {redis} in Redis; \

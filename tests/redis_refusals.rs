@@ -124,8 +124,9 @@ fn refused_then_fixed_by_reload(
     let took = wait_for_source(&mut c, "redis", Duration::from_secs(5))
         .unwrap_or_else(|| panic!("not back in Redis after the fix:\n{}", d.log_tail(30)));
     println!(
-        "{what}: {answered} requests answered locally over {WATCH:?}, {} log line saying {cause:?}; back in Redis {took:?} after SIGHUP",
-        naming.len()
+        "{what}: {answered} requests answered locally over {WATCH:?}, {} log line saying {cause:?}; back in Redis {took:?} after SIGHUP\n  the line: {}",
+        naming.len(),
+        naming[0].split("; deciding").next().unwrap_or_default()
     );
     assert!(took <= Duration::from_secs(1), "took {took:?}");
     assert!(

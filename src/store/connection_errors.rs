@@ -42,7 +42,7 @@ impl ConnectionErrors {
         let due = state
             .logged
             .get(&cause)
-            .is_none_or(|at| now.duration_since(*at) >= REPEAT_INTERVAL);
+            .map_or(true, |at| now.duration_since(*at) >= REPEAT_INTERVAL);
         if due {
             tracing::warn!(
                 server,
@@ -132,6 +132,7 @@ pub fn describe(error: &Error) -> String {
             TLS
         }
         _ if lower.contains("connection refused") => "connection refused (is Redis listening there?)",
+        ErrorKind::Timeout => "no answer in time (Redis overloaded or unreachable)",
         ErrorKind::IO => "connection failed",
         _ => "Redis refused the connection",
     };

@@ -5,7 +5,9 @@
 //! runs on both: see [`crate::plain_and_tls`].
 
 use super::{Pki, TlsCluster, DAEMON_PASSWORD};
-use crate::common::{toml_str_array, toml_string, RedisCluster};
+use crate::common::{
+    parse_reply, toml_str_array, toml_string, wait_until, Client, Daemon, RedisCluster,
+};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -148,7 +150,7 @@ impl TestCluster {
     /// Polls until every primary's slots are served again and every node agrees (after
     /// a failover, a killed node is left out), or `timeout`.
     pub fn wait_slots_ok(&self, timeout: Duration) -> bool {
-        crate::common::wait_until(timeout, || {
+        wait_until(timeout, || {
             self.primary_addrs().iter().all(|a| {
                 self.cli(a, &["CLUSTER", "INFO"])
                     .lines()
@@ -175,6 +177,25 @@ impl TestCluster {
             "the documented ACL line refused the daemon something:\n{denials}"
         );
     }
+}
+
+/// A client of `d` once `rule` is decided in Redis on every primary (30 keys, spread
+/// over the slots, all answered from Redis): on a loaded machine the daemon may start
+/// serving (locally) before its connections to every primary are up.
+pub fn connect_in_redis(d: &Daemon, rule: &str) -> Client {
+    let mut c = d.connect();
+    let probes: Vec<String> = (0..30)
+        .map(|i| format!("CHECK {rule} __ready{i} 0"))
+        .collect();
+    assert!(
+        wait_until(Duration::from_secs(15), || c
+            .pipeline(&probes)
+            .iter()
+            .all(|r| parse_reply(r).source == "redis")),
+        "never decided in Redis on every primary:\n{}",
+        d.log_tail(20)
+    );
+    c
 }
 
 /// Runs `fn NAME(flavor: Flavor)` as two tests, `NAME::plain` and `NAME::tls_acl`.

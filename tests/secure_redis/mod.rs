@@ -16,7 +16,7 @@ pub mod tls_cluster;
 
 // Each test file uses its own subset of these.
 #[allow(unused_imports)]
-pub use any_cluster::{Flavor, TestCluster};
+pub use any_cluster::{connect_in_redis, Flavor, TestCluster};
 pub use pki::Pki;
 #[allow(unused_imports)]
 pub use sentinel::{SentinelSet, SENTINEL_PASSWORD};
