@@ -5,9 +5,10 @@
 //! nobody (65534) and needs root.
 //!
 //! The bound on the other uid's p99, `timeout_ms` + 5 ms, is a latency bound: it holds
-//! when the daemon gets a CPU when it needs one. When other programs load the machine
-//! past 1.5 × its cores during the flood (load average), the figure is printed with the
-//! load as the reason that one check is skipped, never passed silently.
+//! when the daemon gets a CPU when it needs one. When it misses while other programs load
+//! the machine past 1.5 × its cores during the flood (load average), that one check is
+//! reported as skipped, with the figure and the load; it never passes silently (every
+//! run prints its figures, captured or not).
 
 mod common;
 
@@ -277,7 +278,7 @@ fn a_uid_flooding_a_slow_redis_cannot_slow_down_another() {
         during.len() >= 20,
         "the victim was measured during the flood"
     );
-    if load.2 > 1.5 * cores as f64 {
+    if load.2 > 1.5 * cores as f64 && p99 > P99_BOUND_MS {
         say(&format!(
             "SKIP flood: victim p99 <= timeout_ms + 5 ms = {P99_BOUND_MS} ms: p99 {p99:.2} ms; \
              load average {:.2} > 1.5 x {cores} cores during the flood (other programs)",

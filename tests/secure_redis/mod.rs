@@ -107,12 +107,23 @@ fn start_server(dir: &Path, conf: &str, sentinel: bool) -> Proc {
 }
 
 /// `redis-cli` with the given connection arguments, then `args`; its stdout and stderr.
+/// Tried up to three times when it fails with nothing on stdout (it could not connect or
+/// finish its TLS handshake: a server slow to answer on a loaded machine); a reply,
+/// error replies included, is never asked twice.
 fn cli(conn: &[String], args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(conn)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("running redis-cli");
-    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let out = Command::new("redis-cli")
+            .args(conn)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("running redis-cli");
+        if out.status.success() || !out.stdout.is_empty() || attempt == 3 {
+            return String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }
