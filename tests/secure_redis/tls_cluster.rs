@@ -77,7 +77,31 @@ impl TlsCluster {
             "cluster create: {out}"
         );
         c.wait_ready_or_panic("start");
+        c.assert_setuser_form_is_the_file_form();
         c
+    }
+
+    /// The documented line run as `ACL SETUSER` (under another name) gives the same user
+    /// as its ACL-file form: the tests, which use the file, run what the page says.
+    fn assert_setuser_form_is_the_file_form(&self) {
+        let file_form = super::daemon_acl(super::DAEMON_PASSWORD);
+        let mut args: Vec<&str> = file_form.split_whitespace().collect();
+        assert_eq!(args[..2], ["user", "ratelimitd"]);
+        args[0] = "SETUSER";
+        args[1] = "ratelimitd-setuser";
+        let mut cmd = vec!["ACL"];
+        cmd.extend(&args);
+        let a = &self.addrs()[0];
+        assert_eq!(self.cli(a, &cmd), "OK", "ACL {args:?}");
+        let list = self.cli(a, &["ACL", "LIST"]);
+        let rules = |name: &str| {
+            list.lines()
+                .find_map(|l| l.strip_prefix(&format!("user {name} ")))
+                .map(str::to_owned)
+                .unwrap_or_else(|| panic!("{name} not in ACL LIST:\n{list}"))
+        };
+        assert_eq!(rules("ratelimitd-setuser"), rules("ratelimitd"));
+        assert_eq!(self.cli(a, &["ACL", "DELUSER", "ratelimitd-setuser"]), "1");
     }
 
     /// Starts a node in `node_dir` on a free port; on another port if it does not come
