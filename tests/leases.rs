@@ -422,3 +422,72 @@ fn frozen_primaries_leave_leases_then_local_rules() {
     assert!(all.from(1, "local", true) > 0, "no local answers: {all:?}");
     assert!(all.allowed_in(2) > 0, "no answers after the thaw: {all:?}");
 }
+
+const WINDOWS: &str = r#"
+[[rule]]
+name = "fw"
+algorithm = "fixed_window"
+limit = 1000
+window = "1s"
+lease = "auto"
+
+[[rule]]
+name = "swc"
+algorithm = "sliding_window_counter"
+limit = 1000
+window = "1s"
+lease = "auto"
+"#;
+
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as u64
+}
+
+/// Windows: a lease's units count in the window that granted them and are spent within
+/// it, so no window admits above its limit: over the windows a run touches, at most
+/// `limit` each; and busy windows are used (≥ 90 % over the run's whole windows).
+#[test]
+fn window_leases_admit_at_most_the_limit_per_window() {
+    let s = Setup::start(WINDOWS);
+    for rule in ["fw", "swc"] {
+        let calls_before = s.script_calls();
+        let stop = Arc::new(AtomicBool::new(false));
+        let phase = Phase::default();
+        let first = epoch_ms();
+        let handles: Vec<_> = s
+            .daemons
+            .iter()
+            .map(|d| {
+                let line = format!("CHECK {rule} hot");
+                load(&d.socket, &line, 3, 20, Duration::ZERO, &stop, &phase)
+            })
+            .collect();
+        thread::sleep(Duration::from_millis(4500));
+        stop.store(true, Ordering::Relaxed);
+        let mut all = Tally::default();
+        handles.into_iter().for_each(|h| all.add(&join(h)));
+        let last = epoch_ms();
+        let calls = s.script_calls() - calls_before;
+        // Windows are aligned to the epoch on the Redis clock (this host's, on loopback).
+        let touched = last / 1000 - first / 1000 + 1;
+        let whole = (touched - 2) as f64;
+        println!(
+            "{rule}: {} ALLOW of {} decisions over {touched} windows (bound {}); {calls} script calls",
+            all.allowed(),
+            all.total(),
+            1000 * touched
+        );
+        assert!(
+            all.allowed() <= 1000 * touched,
+            "{rule} over-admitted: {all:?}"
+        );
+        assert!(
+            all.allowed() as f64 >= 0.9 * 1000.0 * whole,
+            "{rule} under-used: {all:?}"
+        );
+        assert!(calls * 10 <= all.total(), "{rule}: {calls} calls");
+    }
+}
