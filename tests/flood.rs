@@ -143,6 +143,8 @@ struct Flood {
     baseline: Vec<f64>,
     /// The load average before and after the flood, and its mean.
     load: (f64, f64, f64),
+    /// The daemon's log lines saying a primary or the circuit opened.
+    opened: Vec<String>,
 }
 
 /// Runs the flood against a daemon with the given caps.
@@ -227,6 +229,12 @@ fn flood(total: usize, per_uid: usize) -> Flood {
         kinds,
         baseline,
         load: (load_before, load_after, (load_before + load_after) / 2.0),
+        opened: d
+            .log()
+            .lines()
+            .filter(|l| l.contains("circuit open") || l.contains("primary down"))
+            .map(str::to_owned)
+            .collect(),
     }
 }
 
@@ -244,6 +252,7 @@ fn a_uid_flooding_a_slow_redis_cannot_slow_down_another() {
         kinds,
         mut baseline,
         load,
+        opened,
     } = flood(256, 32);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let redis_share =
@@ -260,7 +269,8 @@ fn a_uid_flooding_a_slow_redis_cannot_slow_down_another() {
     say(&format!(
         "flood (share 32 of 256): victim {} CHECKs during the flood: p50 {p50:.2} ms, p99 {p99:.2} ms, \
          max {max:.2} ms, {:.0}% decided in Redis; alone: p50 {b50:.2} ms, p99 {b99:.2} ms; \
-         flooders: {} decisions, {} ERR BUSY, {} other; load average {:.2} -> {:.2} on {cores} cores",
+         flooders: {} decisions, {} ERR BUSY, {} other; load average {:.2} -> {:.2} on {cores} cores; \
+         breaker opened {} time(s){}",
         during.len(),
         redis_share * 100.0,
         kinds[0],
@@ -268,6 +278,8 @@ fn a_uid_flooding_a_slow_redis_cannot_slow_down_another() {
         kinds[2],
         load.0,
         load.1,
+        opened.len(),
+        opened.first().map_or(String::new(), |l| format!(": {l}")),
     ));
     assert_eq!(kinds[2], 0, "the flooders got only decisions and ERR BUSY");
     assert!(
