@@ -26,30 +26,28 @@ class Client {
   }
 
   /** Asks for `cost` units of `key`'s budget under `rule`. */
-  async check(rule, key, cost = 1) {
-    return (await this.checkMany([[rule, key, cost]]))[0];
+  check(rule, key, cost = 1) {
+    return new Promise((resolve, reject) => {
+      this._send(new Batch([rule], requestLine(rule, key, cost), resolve, reject, true,
+        Date.now() + this.timeoutMs));
+    });
   }
 
   /** Several checks in one round trip; results in the same order. */
   checkMany(checks) {
-    const items = checks.map(([rule, key, cost = 1]) => ({ rule, key, cost }));
-    if (items.length === 0) return Promise.resolve([]);
-    let payload = '';
-    for (const c of items) payload += requestLine(c.rule, c.key, c.cost);
     return new Promise((resolve, reject) => {
-      const batch = {
-        items,
-        payload,
-        lines: [],
-        resolve,
-        reject,
-        reused: false,
-        retried: false,
-        done: false,
-        conn: null,
-        deadline: Date.now() + this.timeoutMs,
-      };
-      this._send(batch);
+      if (checks.length === 0) {
+        resolve([]);
+        return;
+      }
+      const rules = new Array(checks.length);
+      let payload = '';
+      for (let i = 0; i < checks.length; i++) {
+        const [rule, key, cost = 1] = checks[i];
+        rules[i] = rule;
+        payload += requestLine(rule, key, cost);
+      }
+      this._send(new Batch(rules, payload, resolve, reject, false, Date.now() + this.timeoutMs));
     });
   }
 
@@ -63,7 +61,7 @@ class Client {
     sock.unref();
     sock.setEncoding('latin1');
     const conn = {
-      sock, buf: '', used: false, closed: false, pending: [], timer: null, timerAt: 0, corked: false,
+      sock, buf: '', out: '', used: false, closed: false, pending: [], timer: null, timerAt: 0,
     };
     sock.on('data', (chunk) => this._data(conn, chunk));
     sock.on('error', (e) => this._lost(conn, `${e.code || e.name}: ${e.message}`));
@@ -77,16 +75,11 @@ class Client {
     batch.conn = conn;
     batch.reused = conn.used;
     conn.pending.push(batch);
-    // Calls made in the same tick go out in one write (fewer syscalls on both sides).
-    if (!conn.corked) {
-      conn.corked = true;
-      conn.sock.cork();
-      process.nextTick(() => {
-        conn.corked = false;
-        conn.sock.uncork();
-      });
-    }
-    conn.sock.write(batch.payload);
+    // Calls made in one turn of the event loop (every reply read in it resumes its
+    // caller, who may check again) go out in one write: fewer syscalls and wake-ups
+    // on both sides.
+    if (conn.out === '') setImmediate(flush, conn);
+    conn.out += batch.payload;
     if (!conn.timer || batch.deadline < conn.timerAt) this._arm(conn);
   }
 
@@ -119,7 +112,7 @@ class Client {
       const batch = conn.pending[0];
       if (!batch) continue; // unsolicited (ERR BUSY/PERM at connect)
       batch.lines.push(line);
-      if (batch.lines.length === batch.items.length) {
+      if (batch.lines.length === batch.rules.length) {
         conn.pending.shift();
         if (conn.pending.length === 0 && conn.timer) {
           clearTimeout(conn.timer);
@@ -166,10 +159,11 @@ class Client {
   _finish(batch, cause) {
     if (batch.done) return;
     batch.done = true;
-    const out = new Array(batch.items.length);
+    const n = batch.rules.length;
+    const out = new Array(n);
     let bug = null;
-    for (let i = 0; i < batch.items.length; i++) {
-      const { rule } = batch.items[i];
+    for (let i = 0; i < n; i++) {
+      const rule = batch.rules[i];
       if (i >= batch.lines.length) {
         out[i] = fallback(rule, this.failOpen, cause || 'no reply');
         continue;
@@ -186,7 +180,31 @@ class Client {
       }
     }
     if (bug) batch.reject(bug);
-    else batch.resolve(out);
+    else batch.resolve(batch.single ? out[0] : out);
+  }
+}
+
+/** Writes what the calls of one event-loop turn queued on `conn`. */
+function flush(conn) {
+  const out = conn.out;
+  conn.out = '';
+  if (!conn.closed && out !== '') conn.sock.write(out);
+}
+
+/** One call's requests (one line for check, several for checkMany) and its promise. */
+class Batch {
+  constructor(rules, payload, resolve, reject, single, deadline) {
+    this.rules = rules;
+    this.payload = payload;
+    this.lines = [];
+    this.resolve = resolve;
+    this.reject = reject;
+    this.single = single;
+    this.reused = false;
+    this.retried = false;
+    this.done = false;
+    this.conn = null;
+    this.deadline = deadline;
   }
 }
 

@@ -39,7 +39,7 @@ class Result {
     this.source = '';
     this.rule = '';
     this.error = null;
-    Object.assign(this, fields);
+    if (fields !== undefined) Object.assign(this, fields);
   }
 
   /** True when the daemon did not decide (the client failed open or closed). */
@@ -73,12 +73,29 @@ function requestLine(rule, key, cost) {
 }
 
 const INT = /^[0-9]+$/;
+// A well-formed decision as the daemon writes it (single spaces): read with one match.
+// Anything else goes through the general parser below, which says what is wrong.
+const DECISION = /^(ALLOW|DENY) ([0-9]{1,15}) ([0-9]{1,15}) ([0-9]{1,15}) ([0-9]{1,15}) ([^ \t\r]+)(?: ([0-9]+))?(?:[ \t\r]|$)/;
 
 /**
  * Parses a CHECK reply: six fields, an optional seventh window_ms (null when absent or
  * not a number), further trailing fields ignored. Throws RequestError for a request-error ERR, ReplyError otherwise.
  */
 function parseReply(line, rule = '') {
+  const m = DECISION.exec(line);
+  if (m !== null) {
+    // Up to 15 digits: a safe integer (longer ones take the general path).
+    const r = new Result();
+    r.allowed = m[1] === 'ALLOW';
+    r.limit = +m[2];
+    r.remaining = +m[3];
+    r.resetMs = +m[4];
+    r.waitMs = +m[5];
+    r.source = m[6];
+    r.rule = rule;
+    if (m[7] !== undefined && Number.isSafeInteger(+m[7])) r.windowMs = +m[7];
+    return r;
+  }
   const f = line.trim().split(/[ \t]+/);
   if (f[0] === 'ERR') {
     const code = f[1] || 'INTERNAL';

@@ -40,23 +40,59 @@ class _Batch:
             self.future.set_result((self.lines, cause))
 
 
-class _Conn:
-    def __init__(self, loop: asyncio.AbstractEventLoop, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.loop, self.reader, self.writer = loop, reader, writer
+class _Conn(asyncio.Protocol):
+    """One connection as an asyncio protocol: the event loop hands it the bytes read
+    (no reader task to wake, no stream buffer), and it hands each reply line to the
+    oldest batch still waiting."""
+
+    def __init__(self, client: "AsyncClient", loop: asyncio.AbstractEventLoop):
+        self.client, self.loop = client, loop
+        self.transport: Optional[asyncio.Transport] = None
         self.pending: Deque[_Batch] = deque()
+        self.rest = ""  # a reply line's start, until its newline arrives
         self.used = False  # a reply was read on this connection
         self.closed = False
-        self.task: Optional[asyncio.Task] = None  # type: ignore[type-arg]
         # Requests of one event-loop turn go out in one write (fewer syscalls).
         self.out: List[bytes] = []
         # One timer for the earliest deadline in flight, not one per call.
         self.timer: Optional[asyncio.TimerHandle] = None
         self.timer_at = 0.0
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
     def flush(self) -> None:
-        if self.out and not self.closed:
-            self.writer.write(b"".join(self.out))
+        if self.out and not self.closed and self.transport is not None:
+            self.transport.write(b"".join(self.out))
         self.out.clear()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        *lines, self.rest = (self.rest + data.decode("ascii", "replace")).split("\n")
+        if not lines:
+            return
+        self.used = True
+        pending = self.pending
+        for line in lines:
+            if not pending:
+                continue  # unsolicited (ERR BUSY/PERM at connect)
+            batch = pending[0]
+            batch.lines.append(line)
+            if len(batch.lines) == batch.n:
+                pending.popleft()
+                if not batch.future.done():
+                    batch.future.set_result((batch.lines, None))
+        if not pending and self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def eof_received(self) -> Optional[bool]:
+        return None  # close; connection_lost follows
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        cause = f"{type(exc).__name__}: {exc}" if exc is not None else "ConnectionResetError: daemon closed the connection"
+        self.client._lost(self, cause)
 
 
 class AsyncClient:
@@ -76,7 +112,24 @@ class AsyncClient:
 
     async def check(self, rule: str, key: Key, cost: int = 1) -> Result:
         """Asks for ``cost`` units of ``key``'s budget under ``rule``."""
-        return (await self._round_trip([(rule, key, int(cost))]))[0]
+        loop = asyncio.get_running_loop()
+        conn = self._conn
+        if conn is None or conn.closed or conn.loop is not loop:
+            return (await self._round_trip([(rule, key, int(cost))]))[0]
+        # The common case, inline: a kept connection, one line, one reply.
+        batch = _Batch(request_line(rule, key, cost).encode("ascii"), 1, loop.create_future(),
+                       loop.time() + self.timeout)
+        self._enqueue(conn, batch, loop)
+        lines, cause = await batch.future
+        if lines:
+            line = lines[0]
+            try:
+                return parse_reply(line, rule)
+            except ReplyError as e:
+                if not line.startswith("ERR") and self._conn is not None:
+                    self._lost(self._conn, "connection out of step", retry=False)
+                return fallback(rule, self.fail_open, str(e))
+        return fallback(rule, self.fail_open, cause or "no reply")
 
     async def check_many(self, checks: Iterable[Check]) -> List[Result]:
         """Several checks in one round trip; results in the same order."""
@@ -176,7 +229,7 @@ class AsyncClient:
             return await asyncio.shield(self._connecting)
         self._connecting = fut = loop.create_future()
         try:
-            reader, writer = await asyncio.open_unix_connection(self.path)
+            _, conn = await loop.create_unix_connection(lambda: _Conn(self, loop), self.path)
         except BaseException as e:  # OSError, or cancelled by the caller's deadline
             # Waiters sharing this attempt see an OSError (their fallback), never a
             # cancellation that is not theirs.
@@ -185,41 +238,10 @@ class AsyncClient:
             if self._connecting is fut:
                 self._connecting = None
             raise
-        conn = _Conn(loop, reader, writer)
-        conn.task = loop.create_task(self._read(conn))
         self._conn = conn
         fut.set_result(conn)
         self._connecting = None
         return conn
-
-    async def _read(self, conn: _Conn) -> None:
-        rest = ""
-        cause = "ConnectionResetError: daemon closed the connection"
-        try:
-            while True:
-                chunk = await conn.reader.read(65536)
-                if not chunk:
-                    break
-                *lines, rest = (rest + chunk.decode("ascii", "replace")).split("\n")
-                if lines:
-                    conn.used = True
-                pending = conn.pending
-                for line in lines:
-                    if not pending:
-                        continue  # unsolicited (ERR BUSY/PERM at connect)
-                    batch = pending[0]
-                    batch.lines.append(line)
-                    if len(batch.lines) == batch.n:
-                        pending.popleft()
-                        batch.finish(None)
-                if not pending and conn.timer is not None:
-                    conn.timer.cancel()
-                    conn.timer = None
-        except (OSError, asyncio.IncompleteReadError) as e:
-            cause = f"{type(e).__name__}: {e}"
-        except asyncio.CancelledError:
-            cause = "client closed"
-        self._lost(conn, cause)
 
     def _lost(self, conn: _Conn, cause: str, retry: bool = True) -> None:
         if conn.closed:
@@ -230,12 +252,11 @@ class AsyncClient:
             conn.timer = None
         if self._conn is conn:
             self._conn = None
-        try:
-            conn.writer.close()
-        except RuntimeError:
-            pass  # its loop is closed
-        if conn.task is not None and conn.task is not asyncio.current_task():
-            conn.task.cancel()
+        if conn.transport is not None:
+            try:
+                conn.transport.close()
+            except RuntimeError:
+                pass  # its loop is closed
         pending, conn.pending = conn.pending, deque()
         for batch in pending:
             if retry and not batch.lines and batch.reused and not batch.retried and not batch.future.done():
