@@ -17,6 +17,13 @@ use std::time::{Duration, Instant};
 /// denied, whoever decides.
 const RULES: &str = r#"
 [[rule]]
+name = "leased"
+algorithm = "token_bucket"
+capacity = 20000
+refill_rate = 1.0
+lease = "auto"
+
+[[rule]]
 name = "tb"
 algorithm = "token_bucket"
 capacity = 5
@@ -132,6 +139,22 @@ fn tls_cluster_with_acl_user_and_systemd_credential_decides_every_algorithm_in_r
             assert_eq!(allowed, 5, "{rule} {key}: a burst of 6 admits the limit, 5");
         }
     }
+    // A hot key of a rule with leases: its lease script (which reads and trims the
+    // holders' fields) runs under the ACL user too.
+    let batch: Vec<String> = (0..50).map(|_| "CHECK leased hot".to_string()).collect();
+    let mut sources = std::collections::BTreeMap::<String, usize>::new();
+    for _ in 0..40 {
+        for line in c.pipeline(&batch) {
+            let r = parse_reply(&line);
+            assert!(r.allowed(), "{r:?}\n{}", d.log_tail(20));
+            *sources.entry(r.source).or_default() += 1;
+        }
+    }
+    assert!(
+        sources.get("lease").is_some_and(|n| *n > 0) && !sources.contains_key("local"),
+        "a hot leased key: {sources:?}\n{}",
+        d.log_tail(20)
+    );
     let denials = cluster.acl_denials();
     assert!(
         denials.trim().is_empty(),
@@ -164,7 +187,7 @@ fn tls_cluster_with_acl_user_and_systemd_credential_decides_every_algorithm_in_r
             "the password reached {place}"
         );
     }
-    println!("TLS + ACL cluster, password from $CREDENTIALS_DIRECTORY/redis-password: 5 algorithms x 6 keys decided in Redis, ACL LOG empty; the password in none of the log, cmdline, environ, --check output");
+    println!("TLS + ACL cluster, password from $CREDENTIALS_DIRECTORY/redis-password: 5 algorithms x 6 keys decided in Redis, a hot leased key {sources:?}, ACL LOG empty; the password in none of the log, cmdline, environ, --check output");
 }
 
 #[test]

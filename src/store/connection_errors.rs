@@ -86,7 +86,7 @@ impl ConnectionErrors {
 /// connection, so the caller records them here to have them said once.
 pub fn is_refusal(error: &Error) -> bool {
     let details = error.details();
-    ["NOPERM", "WRONGPASS", "NOAUTH"]
+    ["NOPERM", "can't run this command", "WRONGPASS", "NOAUTH"]
         .iter()
         .any(|p| details.contains(p))
 }
@@ -106,7 +106,7 @@ pub fn describe(error: &Error) -> String {
         ErrorKind::Auth => AUTH,
         ErrorKind::Tls => TLS,
         _ if details.contains("WRONGPASS") || details.contains("NOAUTH") => AUTH,
-        _ if details.contains("NOPERM") => {
+        _ if details.contains("NOPERM") || details.contains("can't run this command") => {
             "the ACL user lacks a permission (see docs/PRODUCTION-REDIS.md for the ACL line)"
         }
         _ if details.contains("CLUSTERDOWN") => {
@@ -166,6 +166,12 @@ mod tests {
         let down = Error::new(ErrorKind::Cluster, "CLUSTERDOWN The cluster is down");
         assert!(describe(&down).starts_with("the cluster is down"));
         assert!(is_refusal(&noperm) && !is_refusal(&down));
+        // A command a script calls, refused by the ACL (Redis 7's words).
+        let in_script = Error::new(
+            ErrorKind::Unknown,
+            "ERR The user executing the script can't run this command or subcommand script: 2b06, on @user_script:124.",
+        );
+        assert!(is_refusal(&in_script) && describe(&in_script).contains("ACL user"));
     }
 
     #[test]
