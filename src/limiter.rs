@@ -359,6 +359,9 @@ impl Limiter {
                     // Not if a reload replaced the rule meanwhile: the reload cleared
                     // the cache, and this DENY was computed with the old limits.
                     let current = this.rules.load();
+                    // A detached rule (the Envoy front end's) is not in the table; its
+                    // DENY is remembered: a reload meanwhile can leave one stale DENY
+                    // for at most cache.ttl_ms, never an extra admission.
                     if entry.detached
                         || current
                             .get(&rule.name)

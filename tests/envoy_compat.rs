@@ -420,3 +420,28 @@ fn toml_rules_decide_descriptors_with_any_algorithm() {
         "{e}"
     );
 }
+
+#[test]
+fn a_relative_config_dir_is_relative_to_the_toml_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("limits")).unwrap();
+    std::fs::write(dir.path().join("limits/d.yaml"), "domain: d\n").unwrap();
+    let path = dir.path().join("ratelimitd.toml");
+    std::fs::write(
+        &path,
+        "[envoy]\nlisten = \"127.0.0.1:0\"\nconfig_dir = \"limits\"\n",
+    )
+    .unwrap();
+    let config = Config::load(&path).unwrap();
+    assert!(config.envoy.limits.unwrap().domains.contains_key("d"));
+    std::fs::write(
+        &path,
+        "[envoy]\nlisten = \"127.0.0.1:0\"\nconfig_dir = \"nope\"\n",
+    )
+    .unwrap();
+    let e = Config::load(&path).unwrap_err().to_string();
+    assert!(
+        e.contains("nope") && e.contains("envoy.config_dir: cannot read the directory"),
+        "{e}"
+    );
+}

@@ -95,7 +95,8 @@ pub(super) struct RawEnvoyConfig {
 pub struct EnvoyConfig {
     /// Where the RLS gRPC server listens; `None`: no server.
     pub listen: Option<EnvoyListen>,
-    /// Directory whose `*.yaml` / `*.yml` files are envoyproxy/ratelimit configuration.
+    /// Directory whose `*.yaml` / `*.yml` files are envoyproxy/ratelimit configuration
+    /// (made relative to the TOML file's directory by [`super::Config::load`]).
     pub config_dir: Option<PathBuf>,
     /// Descriptors decided by TOML rules.
     pub descriptors: Vec<DescriptorRule>,

@@ -129,6 +129,10 @@ impl Config {
         })?;
         let mut config = Config::parse(&text, &path.display().to_string())?;
         if config.envoy.listen.is_some() {
+            // A relative config_dir is relative to this file's directory.
+            if let (Some(dir), Some(base)) = (&config.envoy.config_dir, path.parent()) {
+                config.envoy.config_dir = Some(base.join(dir));
+            }
             let limits = crate::envoy::load::load(
                 config.envoy.config_dir.as_deref(),
                 &config.envoy.descriptors,

@@ -54,9 +54,9 @@ pub fn load(
 /// The `*.yaml` / `*.yml` files of `dir`, hidden ones (`.x.yaml`, Kubernetes' `..data`)
 /// excepted, sorted by name.
 fn yaml_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
-    let read = |source| ConfigError::Read {
-        path: dir.to_owned(),
-        source,
+    let read = |source: std::io::Error| ConfigError::Parse {
+        path: dir.display().to_string(),
+        message: format!("envoy.config_dir: cannot read the directory: {source}"),
     };
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(read)? {
