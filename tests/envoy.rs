@@ -5,7 +5,8 @@
 //! and `duration_until_reset` filled, decided in Redis (its key is there); a frozen Redis
 //! still gets answers, never a gRPC error, within `redis.timeout_ms` plus a margin; back
 //! to Redis once it answers; SIGHUP reloads the YAML atomically (a bad file keeps the
-//! old limits and names file and line); a Unix socket listener; malformed requests.
+//! old limits and names file and line); a Unix socket listener; malformed requests; on
+//! a Redis Cluster, one frozen primary sends only its keys to local decisions.
 
 mod common;
 
@@ -359,4 +360,56 @@ fn unix_socket_listener() {
         d.log_tail(10)
     );
     drop(d);
+}
+
+#[test]
+fn redis_cluster_frozen_primary_only_its_keys_decided_locally() {
+    let cluster = RedisCluster::start();
+    let redis = format!(
+        "[redis]\nmode = \"cluster\"\nnodes = {}\ntimeout_ms = 50\n",
+        toml_str_array(&cluster.addrs())
+    );
+    let (d, grpc, metrics, _dir) = daemon(&redis, LIMITS);
+    let rt = runtime();
+    let mut c = rt.block_on(client(grpc));
+    let source = |s: &str| {
+        metric(
+            &scrape(metrics),
+            "ratelimitd_decisions_total",
+            &[("rule", "envoy/rides.user_id"), ("source", s)],
+        )
+    };
+    // Every user's counter in Redis, spread over the primaries' slots.
+    for i in 0..60 {
+        let r = rt.block_on(ask(
+            &mut c,
+            request("rides", &[("user_id", &format!("c{i}"))], 0),
+        ));
+        assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 4));
+    }
+    assert_eq!(source("redis"), 60.0);
+    let keys = cluster.all_keys();
+    assert_eq!(
+        keys.iter()
+            .filter(|k| k.contains("{envoy/rides.user_id:"))
+            .count(),
+        60
+    );
+    // One primary frozen: its users are decided locally, the others still in Redis,
+    // and every call is answered.
+    let frozen = cluster.primary_addrs()[0].clone();
+    cluster.signal_node(&frozen, libc::SIGSTOP);
+    for round in 0..3 {
+        for i in 0..60 {
+            let r = rt.block_on(ask(
+                &mut c,
+                request("rides", &[("user_id", &format!("c{i}"))], 0),
+            ));
+            assert_eq!(r.statuses[0].code, OK, "round {round} user c{i}");
+        }
+    }
+    cluster.signal_node(&frozen, libc::SIGCONT);
+    let (redis_n, local_n) = (source("redis"), source("local"));
+    println!("one primary of three frozen: {redis_n} decisions in Redis, {local_n} local");
+    assert!(local_n > 0.0 && redis_n > 60.0 + 60.0, "{}", d.log_tail(20));
 }

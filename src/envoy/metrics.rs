@@ -75,7 +75,36 @@ pub fn no_limit(limits: &Limits, domain: &str) {
         .increment(1);
 }
 
-/// Counts one call by its overall code (`ok`, `over_limit`, `error`).
-pub fn request(code: &'static str) {
-    counter!(REQUESTS, "code" => code).increment(1);
+/// The per-call counters, by overall code: registered once (a handle each), not looked
+/// up per call.
+pub struct RequestCounters {
+    ok: Counter,
+    over_limit: Counter,
+    error: Counter,
+}
+
+impl RequestCounters {
+    /// Registers them (no-ops when metrics are off).
+    pub fn new() -> Self {
+        RequestCounters {
+            ok: counter!(REQUESTS, "code" => "ok"),
+            over_limit: counter!(REQUESTS, "code" => "over_limit"),
+            error: counter!(REQUESTS, "code" => "error"),
+        }
+    }
+
+    /// Counts one call: `Some(over_limit)`, or `None` for an error.
+    pub fn record(&self, over_limit: Option<bool>) {
+        match over_limit {
+            Some(false) => self.ok.increment(1),
+            Some(true) => self.over_limit.increment(1),
+            None => self.error.increment(1),
+        }
+    }
+}
+
+impl Default for RequestCounters {
+    fn default() -> Self {
+        Self::new()
+    }
 }

@@ -67,6 +67,7 @@ pub struct Rls {
     limiter: Arc<Limiter>,
     peer: Peer,
     active: ArcSwap<Active>,
+    requests: m::RequestCounters,
 }
 
 /// What one descriptor waits for.
@@ -85,6 +86,7 @@ impl Rls {
             limiter,
             peer,
             active: ArcSwap::from_pointee(Active::new(limits)),
+            requests: m::RequestCounters::new(),
         }
     }
 
@@ -100,11 +102,12 @@ impl Rls {
         req: &RateLimitRequest,
     ) -> Result<RateLimitResponse, RlsError> {
         let result = self.decide(req).await;
-        m::request(match &result {
-            Ok(r) if r.overall_code == Code::OverLimit as i32 => "over_limit",
-            Ok(_) => "ok",
-            Err(_) => "error",
-        });
+        self.requests.record(
+            result
+                .as_ref()
+                .ok()
+                .map(|r| r.overall_code == Code::OverLimit as i32),
+        );
         result
     }
 
