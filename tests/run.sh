@@ -54,7 +54,7 @@ command -v javac >/dev/null 2>&1 || missing_pkgs+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || missing_pkgs+=(maven)
 for plugin in compiler resources jar install; do
   [ -d /usr/share/maven-repo/org/apache/maven/plugins/maven-$plugin-plugin ] ||
-    missing_pkgs+=(libmaven-$plugin-plugin-java)
+    missing_pkgs+=("libmaven-$plugin-plugin-java")
 done
 [ -d /usr/share/maven-repo/org/apache/maven/surefire/surefire-junit-platform ] || missing_pkgs+=(libsurefire-java)
 # tests/production_redis.rs makes its test CA with the openssl command.

@@ -20,7 +20,8 @@ trap 'rm -rf "$out"' EXIT
 if command -v mvn >/dev/null 2>&1 && [ -d /usr/share/maven-repo/org/apache/maven/plugins/maven-surefire-plugin ]; then
   # Debian packages surefire 2.22.3 (pom.xml names 3.0.0 for users); warnings fail the
   # build as with javac -Werror. The jar is installed into a scratch local repository.
-  surefire=$(ls /usr/share/maven-repo/org/apache/maven/plugins/maven-surefire-plugin | grep -E '^[0-9]' | sort -V | tail -n 1)
+  surefire=$(find /usr/share/maven-repo/org/apache/maven/plugins/maven-surefire-plugin -mindepth 1 -maxdepth 1 \
+    -name '[0-9]*' -printf '%f\n' | sort -V | tail -n 1)
   echo "java: mvn install ($(mvn -v 2>/dev/null | sed -n '1s/\x1b\[[0-9;]*m//g; 1p'), surefire $surefire, Debian's repository)"
   rc=0
   rm -rf target
