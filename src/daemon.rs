@@ -207,7 +207,12 @@ async fn start_heartbeat(
     limiter: &Arc<Limiter>,
 ) -> Option<tokio::task::JoinHandle<()>> {
     let redis = redis?;
-    let auto = config.rules.values().any(|r| r.fallback_auto);
+    let envoy_auto = config
+        .envoy
+        .limits
+        .as_ref()
+        .is_some_and(|l| l.any_fallback_auto());
+    let auto = envoy_auto || config.rules.values().any(|r| r.fallback_auto);
     if !auto {
         tracing::info!(
             hosts = %config.fallback.hosts,

@@ -214,6 +214,13 @@ fn limit_then_over_limit_decided_in_redis() {
         &[("rule", "envoy/rides.user_id"), ("source", "redis")],
     );
     assert!(redis_decisions >= 6.0, "{body}");
+    // YAML limits share their local limit by the daemons alive (fallback.hosts = "auto",
+    // the default): the heartbeat runs.
+    assert!(
+        d.log().contains("daemon(s) alive in Redis"),
+        "{}",
+        d.log_tail(20)
+    );
     drop(d);
 }
 

@@ -175,6 +175,14 @@ pub fn wildcard_match(parts: &[String], value: &str) -> bool {
 }
 
 impl Limits {
+    /// True if some limit's rule shares its local limit by the daemons alive
+    /// (`fallback.hosts = "auto"`): the daemon then keeps its heartbeat.
+    pub fn any_fallback_auto(&self) -> bool {
+        self.all
+            .iter()
+            .any(|l| matches!(&l.decider, Decider::Rule(r) if r.fallback_auto))
+    }
+
     /// The limit of the descriptor `entries` (key, value pairs) in `domain`, if any, and
     /// the descriptor's key under it ([`descriptor_key`]; an entry matched by a
     /// `share_threshold` wildcard counts as its pattern, so all its matches share one
