@@ -66,7 +66,8 @@ end
 -- the holder may have spent them); the caller's own lease ends when the call gives back
 -- or asks (the caller stopped spending it) and its unspent units go back (all of them
 -- for a grant the holder never learnt of). Deletes the ended fields; returns the units given back to the budget and
--- the units still out on the other leases, and their latest deadline.
+-- the units still out on the other leases, their latest deadline, and whether any
+-- lease ended.
 local function settle_leases(key, leases, t)
   local back = 0
   local gone = {}
@@ -96,7 +97,7 @@ local function settle_leases(key, leases, t)
     redis.call('HDEL', key, unpack(gone))
   end
   local out, latest = outstanding(leases)
-  return back, out, latest
+  return back, out, latest, #gone > 0
 end
 
 -- Holders of the key after settle_leases(): the other hosts with a lease, and the caller.

@@ -30,6 +30,7 @@ if st_start == start then
   count = st_count
 end
 local back = settle_leases(KEYS[1], leases, now)
+local returned = back > 0
 if st_start ~= start then
   back = 0
 end
@@ -54,10 +55,18 @@ local reset = 0
 if count > 0 then
   reset = ceil_ms(to_end)
 end
+-- Written when the count changed; otherwise, as the plain script, only to lengthen the
+-- key's life. A key without leases is decided and stored exactly as fixed_window.lua
+-- does (tests/twins.rs).
 local ttl, x = expiry(reset)
-redis.call('HSET', KEYS[1], 'w', string.format('%.0f', start), 'c', string.format('%.0f', count),
-  'x', string.format('%.0f', x))
-redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
+if (allowed and cost > 0) or granted > 0 or returned then
+  redis.call('HSET', KEYS[1], 'w', string.format('%.0f', start), 'c', string.format('%.0f', count),
+    'x', string.format('%.0f', x))
+  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
+elseif outlives(tonumber(fields.x), reset, x) then
+  redis.call('HSET', KEYS[1], 'x', string.format('%.0f', x))
+  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
+end
 local wait = 0
 if not allowed then
   if cost > limit then

@@ -42,6 +42,7 @@ end
 local start = now - math.fmod(now, window)
 local current, previous = roll(start)
 local back = settle_leases(KEYS[1], leases, now)
+local returned = back > 0
 if st_start ~= start then
   back = 0
 end
@@ -68,24 +69,42 @@ if current > 0 then
 elseif previous > 0 then
   reset = ceil_ms(to_end)
 end
+-- Written when the counts changed; otherwise, as the plain script, only to lengthen
+-- the key's life. A key without leases is decided and stored exactly as
+-- sliding_window_counter.lua does (tests/twins.rs).
 local ttl, x = expiry(reset)
-redis.call('HSET', KEYS[1], 'w', string.format('%.0f', start), 'c', string.format('%.0f', current),
-  'p', string.format('%.0f', previous), 'x', string.format('%.0f', x))
-redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
+if (allowed and cost > 0) or granted > 0 or returned then
+  redis.call('HSET', KEYS[1], 'w', string.format('%.0f', start), 'c', string.format('%.0f', current),
+    'p', string.format('%.0f', previous), 'x', string.format('%.0f', x))
+  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
+elseif outlives(tonumber(fields.x), reset, x) then
+  redis.call('HSET', KEYS[1], 'x', string.format('%.0f', x))
+  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
+end
 local wait = 0
 if not allowed then
   if cost > limit then
     wait = math.max(reset, 1)
   else
-    -- When the previous window's weight has fallen enough, or at the latest when this
-    -- window becomes the previous one (closed form, at least 1 ms).
+    -- As sliding_window_counter.lua: solved from the weighting, checked by settle().
+    st_start, st_current, st_previous = start, current, previous
+    local function estimate_at(t)
+      if t < st_start then
+        t = st_start
+      end
+      local s0 = t - math.fmod(t, window)
+      local c, p = roll(s0)
+      return estimate(c, p, t - s0)
+    end
     local when
-    if previous > 0 and current + cost <= limit then
+    if current + cost <= limit then
       when = start + window - window * ((limit - cost - current) / previous)
     else
-      when = start + 2 * window - window * ((limit - cost) / math.max(current, 1))
+      when = start + 2 * window - window * ((limit - cost) / current)
     end
-    wait = math.max(ceil_ms(when - now), 1)
+    wait = settle(ceil_ms(when - now), 1, function(k)
+      return estimate_at(now + k * 1000) + cost <= limit
+    end)
   end
 end
 return {allowed and 1 or 0, math.max(math.floor(limit - estimate(current, previous, elapsed)), 0),

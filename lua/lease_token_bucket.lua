@@ -38,7 +38,7 @@ end
 if level < 0 then
   level = 0
 end
-local back, out, latest = settle_leases(KEYS[1], leases, now)
+local back, out, latest, ended = settle_leases(KEYS[1], leases, now)
 local room = cap - out
 local tokens = math.min(level + back, room)
 
@@ -58,8 +58,18 @@ if granted > 0 then
   end
 end
 
+-- Written when the bucket or its leases changed (a lease ended: the refill up to now was
+-- capped with it, and must not be computed again without it); otherwise, as the plain
+-- script, only to lengthen the key's life, and the future is projected from the stored
+-- state. A key without leases is decided and stored exactly as token_bucket.lua does
+-- (tests/twins.rs).
+local write = (allowed and cost > 0) or granted > 0 or ended
+local base, base_ts = tokens, now
+if not write and st_tokens then
+  base, base_ts = st_tokens, st_ts
+end
 local function tokens_at(t)
-  return math.min(room, tokens + math.floor((t - now) * rate))
+  return math.min(room, base + math.floor((t - base_ts) * rate))
 end
 -- Fully unused again: every lease ended and the bucket refilled to capacity (with
 -- leases out, a closed form: their units come back as they end, or lapse).
@@ -73,7 +83,9 @@ elseif tokens < room then
 end
 local wait = 0
 if not allowed then
-  if cost > room then
+  if cost > cap then
+    wait = math.max(reset, 1)
+  elseif cost > room then
     -- Only leases ending can make room: at the latest when the last one lapses.
     wait = math.max(ceil_ms(latest - now) + ceil_ms((cost - tokens) / rate), 1)
   else
@@ -89,8 +101,13 @@ if out > 0 then
   keep = math.max(keep, ceil_ms(latest - now) + ceil_ms((cap - tokens) / rate))
 end
 local ttl, x = expiry(keep)
-redis.call('HSET', KEYS[1], 't', string.format('%.0f', tokens), 'ts', string.format('%.0f', now),
-  'x', string.format('%.0f', x))
-redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
+if write then
+  redis.call('HSET', KEYS[1], 't', string.format('%.0f', tokens), 'ts', string.format('%.0f', now),
+    'x', string.format('%.0f', x))
+  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
+elseif outlives(tonumber(fields.x), keep, x) then
+  redis.call('HSET', KEYS[1], 'x', string.format('%.0f', x))
+  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
+end
 return {allowed and 1 or 0, math.floor(tokens / 1000000), reset, wait,
   math.floor(granted / 1000000), granted > 0 and lifetime or 0, grant}

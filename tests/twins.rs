@@ -4,6 +4,8 @@
 //!   `wait_ms`/`reset_ms` instead of solving them),
 //! * the Rust twin (`ratelimitd::algorithm`, as `mode = "none"` and the fallback run it),
 //! * the Lua script (`lua/*.lua`) in a real Redis, with the test-only explicit timestamp,
+//! * for the algorithms that take leases, the lease script (`lua/lease_*.lua`) asking for
+//!   no lease (the per-request call of a cold key under `lease = "auto"`),
 //!
 //! and every field of every decision must be identical.
 
@@ -74,6 +76,20 @@ fn lua_decide(key: &str, params: &Params, cost: u64, now_us: u64) -> Vec<i64> {
     ints(redis_command(&redis().addr(), &cmd).expect("EVAL"))
 }
 
+/// The lease script of `params`' algorithm asked for no lease (a cold key's call): its
+/// first four fields, or `None` for an algorithm without leases.
+fn lua_lease_decide(key: &str, params: &Params, cost: u64, now_us: u64) -> Option<Vec<i64>> {
+    let script = ratelimitd::store::scripts::lease_lua(params.kind())?;
+    let (_, mut args) = lua_call(params, cost);
+    let now = now_us.to_string();
+    args.extend([now.as_str(), "twin", "0", "0", "0", "1000000", "0"].map(String::from));
+    let mut cmd = vec!["EVAL", script, "1", key];
+    cmd.extend(args.iter().map(String::as_str));
+    let mut reply = ints(redis_command(&redis().addr(), &cmd).expect("EVAL"));
+    reply.truncate(4);
+    Some(reply)
+}
+
 /// The reference model's view of `params`.
 fn model_of(params: &Params) -> Algo {
     match *params {
@@ -127,6 +143,17 @@ fn agree(
             o.wait_ms as i64,
         ];
         let lua = lua_decide(&key, &params, cost, now);
+        if let Some(leased) = lua_lease_decide(&format!("{key}:lease"), &params, cost, now) {
+            prop_assert_eq!(
+                &leased,
+                &expected,
+                "lease script (no lease) vs model, step {} cost {} at {} µs, {:?}",
+                i,
+                cost,
+                now,
+                params
+            );
+        }
         prop_assert_eq!(
             &rust,
             &expected,
