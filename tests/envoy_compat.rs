@@ -422,6 +422,48 @@ fn toml_rules_decide_descriptors_with_any_algorithm() {
 }
 
 #[test]
+fn ietf_headers_name_the_descriptor_closest_to_its_limit() {
+    let config = load(&format!(
+        "[envoy]\nlisten = \"127.0.0.1:0\"\nconfig_dir = \"{}\"\nietf_headers = true\n",
+        data_dir()
+    ))
+    .unwrap();
+    let limiter = Arc::new(Limiter::new(&config, None, Arc::new(Circuit::new(true))));
+    let rls = Rls::new(
+        limiter,
+        config.envoy.limits.clone().unwrap(),
+        Peer::unbounded(0, 0),
+    );
+    let both: [&[(&str, &str)]; 2] = [
+        &[("message_type", "marketing"), ("to_number", "2063333333")],
+        &[("to_number", "2063333333")],
+    ];
+    let r = ask(&rls, "messaging", &both, 2);
+    let headers: Vec<(String, String)> = r
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.clone(), h.value.clone()))
+        .collect();
+    assert_eq!(
+        headers[0],
+        ("RateLimit-Policy".into(), "\"default\";q=5;w=86400".into())
+    );
+    assert_eq!(headers[1].0, "RateLimit");
+    assert!(
+        headers[1].1.starts_with("\"default\";r=3;t="),
+        "{headers:?}"
+    );
+    // No limit matched: no headers; off by default.
+    assert!(ask(&rls, "nope", &[&[("a", "b")]], 1)
+        .response_headers_to_add
+        .is_empty());
+    let plain = service(&data_dir());
+    assert!(ask(&plain, "messaging", &both, 1)
+        .response_headers_to_add
+        .is_empty());
+}
+
+#[test]
 fn a_relative_config_dir_is_relative_to_the_toml_file() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("limits")).unwrap();

@@ -87,6 +87,7 @@ pub(super) struct RawEnvoyConfig {
     #[serde(deserialize_with = "de_envoy_listen")]
     listen: Option<EnvoyListen>,
     config_dir: Option<PathBuf>,
+    ietf_headers: bool,
     descriptor: Vec<Spanned<RawDescriptorRule>>,
 }
 
@@ -98,6 +99,11 @@ pub struct EnvoyConfig {
     /// Directory whose `*.yaml` / `*.yml` files are envoyproxy/ratelimit configuration
     /// (made relative to the TOML file's directory by [`super::Config::load`]).
     pub config_dir: Option<PathBuf>,
+    /// Add the IETF `RateLimit-Policy` and `RateLimit` headers (draft-ietf-httpapi-
+    /// ratelimit-headers) to every response through `response_headers_to_add`, for the
+    /// descriptor closest to its limit. Off by default: Envoy's own `x-ratelimit-*`
+    /// headers (`enable_x_ratelimit_headers`) need nothing from here.
+    pub ietf_headers: bool,
     /// Descriptors decided by TOML rules.
     pub descriptors: Vec<DescriptorRule>,
     /// The limits of every domain, loaded from `config_dir` and `descriptors` by
@@ -161,6 +167,7 @@ impl RawEnvoyConfig {
         Ok(EnvoyConfig {
             listen: self.listen,
             config_dir: self.config_dir,
+            ietf_headers: self.ietf_headers,
             descriptors,
             limits: None,
         })

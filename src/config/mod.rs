@@ -133,11 +133,12 @@ impl Config {
             if let (Some(dir), Some(base)) = (&config.envoy.config_dir, path.parent()) {
                 config.envoy.config_dir = Some(base.join(dir));
             }
-            let limits = crate::envoy::load::load(
+            let mut limits = crate::envoy::load::load(
                 config.envoy.config_dir.as_deref(),
                 &config.envoy.descriptors,
                 config.fallback.hosts,
             )?;
+            limits.ietf_headers = config.envoy.ietf_headers;
             config.envoy.limits = Some(Arc::new(limits));
         }
         Ok(config)

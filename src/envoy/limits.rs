@@ -115,6 +115,9 @@ pub struct Limit {
     pub requests_per_unit: u32,
     /// `current_limit.unit` (`None` for `unlimited`).
     pub unit: Option<Unit>,
+    /// The policy window, ms: the unit's length, or a TOML rule's window
+    /// (`RateLimit-Policy`'s `w`).
+    pub window_ms: u64,
     /// `rate_limit.name` (`current_limit.name`; what `replaces` refers to).
     pub name: String,
     /// Names of the limits this one replaces in the same request.
@@ -151,6 +154,8 @@ pub struct Limits {
     pub domains: HashMap<String, Node>,
     /// Every limit, by id.
     pub all: Vec<Arc<Limit>>,
+    /// `[envoy] ietf_headers`: answers carry `RateLimit-Policy` and `RateLimit`.
+    pub ietf_headers: bool,
 }
 
 /// True if `value` matches a pattern split on `*` (each `*` matches any run, possibly

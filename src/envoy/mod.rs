@@ -3,7 +3,8 @@
 //! with envoyproxy/ratelimit's YAML configuration.
 //!
 //! * [`yaml`]: a YAML document as a tree with lines, duplicate keys rejected;
-//! * [`load`]: the YAML files and `[[envoy.descriptor]]` into [`limits::Limits`];
+//! * [`load`]: the YAML files and `[[envoy.descriptor]]` into [`limits::Limits`]
+//!   (`file`: one YAML file's fields);
 //! * [`limits`]: the descriptor tree, its matching, rule names and keys;
 //! * [`service`]: `ShouldRateLimit`, a request into its response;
 //! * [`metrics`]: counts by domain and descriptor;
@@ -13,6 +14,7 @@
 //! health, Redis within `redis.timeout_ms`, local fallback): this module knows the
 //! RLS protocol, not how a decision is made.
 
+mod file;
 pub mod limits;
 pub mod load;
 pub mod metrics;

@@ -17,6 +17,7 @@ use crate::admission::Peer;
 use crate::clock::BatchClock;
 use crate::limiter::{Check, CheckError, Detached, Limiter};
 use arc_swap::ArcSwap;
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
@@ -222,8 +223,10 @@ impl Rls {
             overall_code: Code::Ok as i32,
             ..Default::default()
         };
+        let mut windows = Vec::with_capacity(statuses.len());
         for s in statuses {
             let (st, outcome) = s?;
+            windows.push(outcome.map_or(0, |(l, _)| l.window_ms));
             if let Some((limit, outcome)) = outcome {
                 active.counters[limit.id].record(outcome);
             }
@@ -232,8 +235,52 @@ impl Rls {
             }
             response.statuses.push(st);
         }
+        if active.limits.ietf_headers {
+            response.response_headers_to_add = ietf_headers(&response.statuses, &windows);
+        }
         Ok(response)
     }
+}
+
+/// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers) for the
+/// status closest to its limit (an over-limit one first); none without a limit.
+/// `windows` holds each status's policy window, ms.
+fn ietf_headers(statuses: &[DescriptorStatus], windows: &[u64]) -> Vec<HeaderValue> {
+    let Some((s, window_ms)) = statuses
+        .iter()
+        .zip(windows)
+        .filter(|(s, _)| s.current_limit.is_some())
+        .min_by_key(|(s, _)| (s.code != Code::OverLimit as i32, s.limit_remaining))
+    else {
+        return Vec::new();
+    };
+    let Some(limit) = &s.current_limit else {
+        return Vec::new();
+    };
+    let name = if limit.name.is_empty() {
+        "default"
+    } else {
+        limit.name.as_str()
+    };
+    let reset = s
+        .duration_until_reset
+        .map_or(0, |d| d.seconds + i64::from(d.nanos > 0));
+    let window = window_ms.div_ceil(1000);
+    let header = |key: &str, value: String| HeaderValue {
+        key: key.into(),
+        value,
+        raw_value: Vec::new(),
+    };
+    vec![
+        header(
+            "RateLimit-Policy",
+            format!("\"{name}\";q={};w={window}", limit.requests_per_unit),
+        ),
+        header(
+            "RateLimit",
+            format!("\"{name}\";r={};t={reset}", s.limit_remaining),
+        ),
+    ]
 }
 
 /// A descriptor's status; `current_limit` only for a matched limit (Envoy builds its

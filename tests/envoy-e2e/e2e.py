@@ -7,6 +7,7 @@ headers on, failure_mode_deny false); its upstream is a second Envoy listener an
 200. All on loopback, ports picked free. Checks, through Envoy:
   limit       5 requests of one user get 200 with x-ratelimit-remaining 4..0, the 6th 429
               with x-ratelimit-limit / -remaining / -reset;
+  ietf headers  [envoy] ietf_headers: RateLimit-Policy and RateLimit on the 200s and the 429;
   shadow      a shadow_mode limit lets everything through, and the metrics count it;
   outage      Redis killed: every request still answered by ratelimitd (Envoy's
               ratelimit.error and failure_mode_allowed stay 0), limits still enforced
@@ -167,6 +168,7 @@ listen = "127.0.0.1:{ports['METRICS']}"
 [envoy]
 listen = "127.0.0.1:{ports['RLS']}"
 config_dir = "{tmp}/envoy"
+ietf_headers = true
 """)
     start("ratelimitd", [args.daemon, "--config", os.path.join(tmp, "ratelimitd.toml")], tmp)
     conf = open(os.path.join(HERE, "envoy.yaml.in")).read()
@@ -196,6 +198,12 @@ config_dir = "{tmp}/envoy"
           and last.get("x-ratelimit-limit", "").startswith("5") and "x-ratelimit-reset" in last)
     check("limit", ok, f"statuses {statuses}, x-ratelimit-remaining {remaining}, "
           f"429 headers limit={last.get('x-ratelimit-limit')!r} reset={last.get('x-ratelimit-reset')!r}")
+    # [envoy] ietf_headers: the IETF pair, on the 200s and on the 429.
+    policy = [h.get("ratelimit-policy") for _, h, _ in got]
+    state = [h.get("ratelimit") for _, h, _ in got]
+    check("ietf headers", all(p == '"default";q=5;w=60' for p in policy)
+          and state[0].startswith('"default";r=4;t=') and state[-1].startswith('"default";r=0;t='),
+          f"RateLimit-Policy {policy[0]!r} .. {policy[-1]!r}, RateLimit {state[0]!r} .. {state[-1]!r}")
 
     # shadow: 5 x 200 over a limit of 2; 3 counted as shadow_over_limit.
     statuses = [get(conn, "/shadow", user)[0] for _ in range(5)]
