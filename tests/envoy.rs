@@ -22,6 +22,14 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 use tonic::transport::{Channel, Endpoint};
 
+/// The tests of this file run one at a time: one of them measures latency, which
+/// the others' daemons and Redis servers starting beside it would distort.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 const OK: i32 = Code::Ok as i32;
 const OVER: i32 = Code::OverLimit as i32;
 
@@ -134,6 +142,7 @@ fn redis_config(redis: &RedisStandalone, timeout_ms: u64) -> String {
 
 #[test]
 fn limit_then_over_limit_decided_in_redis() {
+    let _serial = serial();
     let redis = RedisStandalone::start();
     let (d, grpc, metrics, _dir) = daemon(&redis_config(&redis, 50), LIMITS);
     runtime().block_on(async {
@@ -238,6 +247,7 @@ fn overloaded() -> Option<String> {
 
 #[test]
 fn frozen_redis_answered_locally_within_the_timeout_then_redis_again() {
+    let _serial = serial();
     let timeout_ms = 25;
     let redis = RedisStandalone::start();
     let (d, grpc, metrics, _dir) = daemon(&redis_config(&redis, timeout_ms), LIMITS);
@@ -299,6 +309,7 @@ fn frozen_redis_answered_locally_within_the_timeout_then_redis_again() {
 
 #[test]
 fn sighup_reloads_the_yaml_atomically() {
+    let _serial = serial();
     let (d, grpc, _, dir) = daemon("", LIMITS);
     let file = dir.path().join("rides.yaml");
     let rt = runtime();
@@ -336,6 +347,7 @@ fn sighup_reloads_the_yaml_atomically() {
 
 #[test]
 fn unix_socket_listener() {
+    let _serial = serial();
     let dir = short_tempdir("rld-rls-");
     let sock = dir.path().join("rls.sock");
     let d = Daemon::start(&format!("[envoy]\nlisten = \"unix:{}\"\n", sock.display()));
@@ -371,6 +383,7 @@ fn unix_socket_listener() {
 
 #[test]
 fn redis_cluster_frozen_primary_only_its_keys_decided_locally() {
+    let _serial = serial();
     let cluster = RedisCluster::start();
     let redis = format!(
         "[redis]\nmode = \"cluster\"\nnodes = {}\ntimeout_ms = 50\n",
