@@ -487,3 +487,48 @@ fn a_relative_config_dir_is_relative_to_the_toml_file() {
         "{e}"
     );
 }
+
+#[test]
+fn a_limit_sent_by_envoy_overrides_the_configured_one() {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+    let rls = service(&data_dir());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut d = descriptor(&[("database", "users")]);
+    d.limit = Some(RateLimitOverride {
+        requests_per_unit: 3,
+        unit: DAY,
+    });
+    let mut req = RateLimitRequest {
+        domain: "mongo_cps".into(),
+        descriptors: vec![d],
+        hits_addend: 3,
+    };
+    let r = rt.block_on(rls.should_rate_limit(&req)).unwrap();
+    assert_eq!(
+        (r.overall_code, limit_of(&r.statuses[0])),
+        (OK, Some((3, DAY)))
+    );
+    req.hits_addend = 1;
+    assert_eq!(
+        rt.block_on(rls.should_rate_limit(&req))
+            .unwrap()
+            .overall_code,
+        OVER
+    );
+    // Only in a configured domain (as envoyproxy/ratelimit); an unknown unit is ignored.
+    req.domain = "nope".into();
+    assert_eq!(
+        limit_of(&rt.block_on(rls.should_rate_limit(&req)).unwrap().statuses[0]),
+        None
+    );
+    req.domain = "mongo_cps".into();
+    req.descriptors[0].limit = Some(RateLimitOverride {
+        requests_per_unit: 3,
+        unit: 0,
+    });
+    let r = rt.block_on(rls.should_rate_limit(&req)).unwrap();
+    assert_eq!(limit_of(&r.statuses[0]), Some((500, SECOND)));
+}

@@ -6,7 +6,8 @@
 //! * [`load`]: the YAML files and `[[envoy.descriptor]]` into [`limits::Limits`]
 //!   (`file`: one YAML file's fields);
 //! * [`limits`]: the descriptor tree, its matching, rule names and keys;
-//! * [`service`]: `ShouldRateLimit`, a request into its response;
+//! * [`service`]: `ShouldRateLimit`, a request into its response (`response`: a
+//!   descriptor's status, the IETF headers);
 //! * [`metrics`]: counts by domain and descriptor;
 //! * [`server`]: the tonic gRPC server on TCP or a Unix socket;
 //!
@@ -18,6 +19,7 @@ mod file;
 pub mod limits;
 pub mod load;
 pub mod metrics;
+mod response;
 pub mod server;
 pub mod service;
 pub mod yaml;

@@ -3,7 +3,8 @@
 //!
 //! Per descriptor: no limit → `OK` without `current_limit` (as envoyproxy/ratelimit);
 //! `unlimited` → `OK` with `limit_remaining` = 2³²−1; `requests_per_unit: 0` → always
-//! `OVER_LIMIT`; otherwise the limiter decides `hits_addend` units (the descriptor's own
+//! `OVER_LIMIT`; a `limit` Envoy sent with the descriptor replaces the configured one
+//! (in a configured domain); otherwise the limiter decides `hits_addend` units (the descriptor's own
 //! `hits_addend` if Envoy sent one, 0 checks without consuming; else the request's,
 //! where 0 means 1) of the descriptor's key under the limit's rule. A `hits_addend`
 //! above the limit can never pass: `OVER_LIMIT`, nothing consumed. The descriptors are
@@ -11,26 +12,40 @@
 //! `shadow_mode` is. Units a descriptor admitted stay taken when another descriptor of
 //! the same request is over its limit (as in envoyproxy/ratelimit; docs/ENVOY.md).
 
-use super::limits::{Decider, Limit, Shared};
+use super::limits::{rule_name, Decider, Limit, Shared, Unit};
 use super::metrics::{self as m, LimitCounters, Outcome};
+use super::response::{ietf_headers, status};
 use crate::admission::Peer;
+use crate::algorithm::{Algorithm, Kind as Algo, Per, MAX_LIMIT};
 use crate::clock::BatchClock;
+use crate::config::{OnRedisFailure, Rule};
 use crate::limiter::{Check, CheckError, Detached, Limiter};
 use arc_swap::ArcSwap;
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code, DescriptorStatus, RateLimit,
-};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::Mutex;
 
 /// The limits in force with what the limiter and the metrics need for each, by limit id.
 struct Active {
     limits: Shared,
     rules: Vec<Option<Detached>>,
     counters: Vec<LimitCounters>,
+    /// The limits Envoy sent in descriptors (`limit`: requests_per_unit, unit), by
+    /// domain and both: at most [`MAX_OVERRIDES`].
+    overrides: Mutex<HashMap<(String, u32, i32), Arc<Override>>>,
 }
+
+/// A limit Envoy sent with a descriptor, and its rule.
+struct Override {
+    limit: Arc<Limit>,
+    rule: Option<Detached>,
+}
+
+/// Distinct descriptor `limit` overrides remembered per configuration; beyond, an
+/// override is ignored (the configured limit applies) and a warning is logged once.
+const MAX_OVERRIDES: usize = 1024;
 
 impl Active {
     fn new(limits: Shared) -> Self {
@@ -47,7 +62,67 @@ impl Active {
             limits,
             rules,
             counters,
+            overrides: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The limit of a descriptor `limit` override in `domain` (a fixed window of
+    /// `requests_per_unit` per `unit`, as envoyproxy/ratelimit applies it), `None` for an
+    /// unknown unit or when [`MAX_OVERRIDES`] are remembered already.
+    fn override_for(&self, domain: &str, rpu: u32, unit: i32) -> Option<Arc<Override>> {
+        let u = Unit::ALL.into_iter().find(|u| *u as i32 == unit)?;
+        let mut map = self.overrides.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (domain.to_owned(), rpu, unit);
+        if let Some(o) = map.get(&key) {
+            return Some(Arc::clone(o));
+        }
+        if map.len() >= MAX_OVERRIDES {
+            if map.len() == MAX_OVERRIDES {
+                tracing::warn!(domain, "more than {MAX_OVERRIDES} distinct descriptor limit overrides: further ones are ignored until the next reload");
+            }
+            return None;
+        }
+        let path = format!("{domain}/override.{rpu}.{}", u.name());
+        let rule = (rpu > 0).then(|| {
+            let algorithm = Algorithm {
+                kind: Algo::FixedWindow,
+                limit: u64::from(rpu).min(MAX_LIMIT),
+                per: Per::WindowMs(u.seconds() * 1000),
+            };
+            let template = self.limits.all.iter().find_map(|l| match &l.decider {
+                Decider::Rule(r) if r.name.starts_with("envoy/") => Some(r),
+                _ => None,
+            });
+            let mut rule = Rule::new(
+                rule_name(&path),
+                algorithm,
+                OnRedisFailure::Local,
+                template.map_or(1, |r| r.fallback_hosts),
+            );
+            rule.fallback_auto = template.is_some_and(|r| r.fallback_auto);
+            Arc::new(rule)
+        });
+        let limit = Arc::new(Limit {
+            id: usize::MAX,
+            decider: rule
+                .as_ref()
+                .map_or(Decider::Never, |r| Decider::Rule(Arc::clone(r))),
+            requests_per_unit: rpu,
+            unit: Some(u),
+            window_ms: u.seconds() * 1000,
+            name: String::new(),
+            replaces: Vec::new(),
+            shadow_mode: false,
+            domain: domain.to_owned(),
+            path,
+            origin: "a descriptor limit override".into(),
+        });
+        let o = Arc::new(Override {
+            rule: rule.map(Detached::new),
+            limit,
+        });
+        map.insert(key, Arc::clone(&o));
+        Some(o)
     }
 }
 
@@ -72,11 +147,11 @@ pub struct Rls {
 }
 
 /// What one descriptor waits for.
-enum Pending<'a> {
+enum Pending {
     /// Answered without the limiter.
-    Done(DescriptorStatus, Option<(&'a Arc<Limit>, Outcome)>),
+    Done(DescriptorStatus, Option<(Arc<Limit>, Outcome)>),
     /// Decided by the limiter: the check, its limit, and whether it can never pass.
-    Check(Check, &'a Arc<Limit>, bool),
+    Check(Check, Arc<Limit>, bool),
 }
 
 impl Rls {
@@ -129,20 +204,38 @@ impl Rls {
                 .iter()
                 .map(|e| (e.key.as_str(), e.value.as_str()))
                 .collect();
-            found.push(active.limits.find(&req.domain, &entries));
+            let mut f = active
+                .limits
+                .find(&req.domain, &entries)
+                .map(|(l, key)| (Arc::clone(l), key, None));
+            // A `limit` Envoy sent replaces the configured one, in a configured domain.
+            if let Some(o) = d
+                .limit
+                .as_ref()
+                .filter(|_| active.limits.domains.contains_key(&req.domain))
+            {
+                if let Some(o) = active.override_for(&req.domain, o.requests_per_unit, o.unit) {
+                    f = Some((
+                        Arc::clone(&o.limit),
+                        super::limits::descriptor_key(entries.iter().copied()),
+                        Some(o),
+                    ));
+                }
+            }
+            found.push(f);
         }
         // `replaces`: a limit named by another matched limit is not evaluated.
         let replaced: Vec<&str> = found
             .iter()
             .flatten()
-            .flat_map(|(l, _)| l.replaces.iter().map(String::as_str))
+            .flat_map(|(l, _, _)| l.replaces.iter().map(String::as_str))
             .collect();
         let mut clock = BatchClock::default();
         let mut pending = Vec::with_capacity(found.len());
         for (d, f) in req.descriptors.iter().zip(&found) {
-            let Some((limit, key)) = f
+            let Some((limit, key, over)) = f
                 .as_ref()
-                .filter(|(l, _)| l.name.is_empty() || !replaced.contains(&l.name.as_str()))
+                .filter(|(l, _, _)| l.name.is_empty() || !replaced.contains(&l.name.as_str()))
             else {
                 m::no_limit(&active.limits, &req.domain);
                 pending.push(Pending::Done(status(Code::Ok, None, 0, 0), None));
@@ -151,21 +244,26 @@ impl Rls {
             let hits = d
                 .hits_addend
                 .map_or(u64::from(req.hits_addend.max(1)), |h| h.value);
+            let limit = Arc::clone(limit);
             let p = match &limit.decider {
                 Decider::Unlimited => Pending::Done(
                     status(Code::Ok, None, u32::MAX, 0),
-                    Some((limit, Outcome::Unlimited)),
+                    Some((Arc::clone(&limit), Outcome::Unlimited)),
                 ),
                 Decider::Never => {
                     let s = limit.unit.map_or(1, |u| u.seconds()) * 1000;
                     let now_ms = (crate::clock::wall_clock_us() / 1000.0) as u64;
-                    let st = status(Code::OverLimit, Some(limit), 0, s - now_ms % s);
-                    Pending::Done(st, Some((limit, Outcome::OverLimit)))
+                    let st = status(Code::OverLimit, Some(&limit), 0, s - now_ms % s);
+                    Pending::Done(st, Some((Arc::clone(&limit), Outcome::OverLimit)))
                 }
                 Decider::Rule(rule) => {
                     let never = hits > rule.limit();
                     let cost = if never { 0 } else { hits as u32 };
-                    let Some(detached) = &active.rules[limit.id] else {
+                    let detached = match over {
+                        Some(o) => o.rule.as_ref(),
+                        None => active.rules[limit.id].as_ref(),
+                    };
+                    let Some(detached) = detached else {
                         unreachable!("every rule limit has its detached rule");
                     };
                     let check = self.limiter.check_detached(
@@ -175,7 +273,7 @@ impl Rls {
                         &mut clock,
                         &self.peer,
                     );
-                    Pending::Check(check, limit, never)
+                    Pending::Check(check, Arc::clone(&limit), never)
                 }
             };
             pending.push(p);
@@ -212,7 +310,7 @@ impl Rls {
                         (true, true) => Outcome::ShadowOverLimit,
                     };
                     Ok((
-                        status(code, Some(limit), remaining, d.reset_ms),
+                        status(code, Some(&limit), remaining, d.reset_ms),
                         Some((limit, outcome)),
                     ))
                 }
@@ -226,9 +324,12 @@ impl Rls {
         let mut windows = Vec::with_capacity(statuses.len());
         for s in statuses {
             let (st, outcome) = s?;
-            windows.push(outcome.map_or(0, |(l, _)| l.window_ms));
-            if let Some((limit, outcome)) = outcome {
-                active.counters[limit.id].record(outcome);
+            windows.push(outcome.as_ref().map_or(0, |(l, _)| l.window_ms));
+            // Overrides (id usize::MAX) have no series of their own.
+            if let Some((c, outcome)) =
+                outcome.and_then(|(l, o)| Some((active.counters.get(l.id)?, o)))
+            {
+                c.record(outcome);
             }
             if st.code == Code::OverLimit as i32 {
                 response.overall_code = Code::OverLimit as i32;
@@ -239,70 +340,5 @@ impl Rls {
             response.response_headers_to_add = ietf_headers(&response.statuses, &windows);
         }
         Ok(response)
-    }
-}
-
-/// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers) for the
-/// status closest to its limit (an over-limit one first); none without a limit.
-/// `windows` holds each status's policy window, ms.
-fn ietf_headers(statuses: &[DescriptorStatus], windows: &[u64]) -> Vec<HeaderValue> {
-    let Some((s, window_ms)) = statuses
-        .iter()
-        .zip(windows)
-        .filter(|(s, _)| s.current_limit.is_some())
-        .min_by_key(|(s, _)| (s.code != Code::OverLimit as i32, s.limit_remaining))
-    else {
-        return Vec::new();
-    };
-    let Some(limit) = &s.current_limit else {
-        return Vec::new();
-    };
-    let name = if limit.name.is_empty() {
-        "default"
-    } else {
-        limit.name.as_str()
-    };
-    let reset = s
-        .duration_until_reset
-        .map_or(0, |d| d.seconds + i64::from(d.nanos > 0));
-    let window = window_ms.div_ceil(1000);
-    let header = |key: &str, value: String| HeaderValue {
-        key: key.into(),
-        value,
-        raw_value: Vec::new(),
-    };
-    vec![
-        header(
-            "RateLimit-Policy",
-            format!("\"{name}\";q={};w={window}", limit.requests_per_unit),
-        ),
-        header(
-            "RateLimit",
-            format!("\"{name}\";r={};t={reset}", s.limit_remaining),
-        ),
-    ]
-}
-
-/// A descriptor's status; `current_limit` only for a matched limit (Envoy builds its
-/// `x-ratelimit-*` headers from the statuses that carry one).
-fn status(
-    code: Code,
-    limit: Option<&Arc<Limit>>,
-    remaining: u32,
-    reset_ms: u64,
-) -> DescriptorStatus {
-    DescriptorStatus {
-        code: code as i32,
-        current_limit: limit.map(|l| RateLimit {
-            name: l.name.clone(),
-            requests_per_unit: l.requests_per_unit,
-            unit: l.unit.map_or(0, |u| u as i32),
-        }),
-        limit_remaining: remaining,
-        duration_until_reset: limit.map(|_| PbDuration {
-            seconds: (reset_ms / 1000) as i64,
-            nanos: ((reset_ms % 1000) * 1_000_000) as i32,
-        }),
-        quota: None,
     }
 }
