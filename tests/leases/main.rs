@@ -8,152 +8,18 @@
 //!   ratio look worse).
 //!
 //! The sixth promise (cold keys keep their latency) is a benchmark: `benches/leases.sh`.
+//! The harness (daemons, load threads, tallies) is in `harness.rs`.
 
+#[path = "../common/mod.rs"]
 mod common;
+mod harness;
 
 use common::*;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use harness::*;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
-
-/// Three daemons on one cluster, each with `rules`, `fallback.hosts = "auto"`. One at a
-/// time: each test loads the machine (and measures utilisation).
-struct Setup {
-    daemons: Vec<Daemon>,
-    cluster: RedisCluster,
-    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
-}
-
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-impl Setup {
-    fn start(rules: &str) -> Setup {
-        Self::start_with(RedisCluster::start, rules)
-    }
-
-    fn start_with(cluster: impl FnOnce() -> RedisCluster, rules: &str) -> Setup {
-        let one_at_a_time = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-        let cluster = cluster();
-        let config = format!(
-            "[redis]\nmode = \"cluster\"\nnodes = {}\ntimeout_ms = 150\nprefix = \"rl\"\n\n[fallback]\nhosts = \"auto\"\n\n{rules}",
-            toml_str_array(&cluster.addrs())
-        );
-        let daemons: Vec<Daemon> = (0..3).map(|_| Daemon::start(&config)).collect();
-        // Every daemon's heartbeat has counted the three (HEARTBEAT_EVERY = 1 s).
-        thread::sleep(Duration::from_millis(2500));
-        Setup {
-            daemons,
-            cluster,
-            _one_at_a_time: one_at_a_time,
-        }
-    }
-
-    /// EVALSHA calls so far, summed over the primaries.
-    fn script_calls(&self) -> u64 {
-        self.cluster
-            .primary_addrs()
-            .iter()
-            .map(|a| {
-                let info = redis_text(a, &["INFO", "commandstats"]).unwrap_or_default();
-                info.lines()
-                    .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-                    .and_then(|r| r.split(',').next())
-                    .and_then(|n| n.parse::<u64>().ok())
-                    .unwrap_or(0)
-            })
-            .sum()
-    }
-}
-
-/// Decisions load threads saw: (phase, verdict, source) → count. The phase is what the
-/// test set in [`Phase`] when the reply was read.
-#[derive(Debug, Default, Clone)]
-struct Tally(HashMap<(u8, bool, String), u64>);
-
-/// The test's current phase (before a fault, during it, after it).
-type Phase = Arc<AtomicU8>;
-
-impl Tally {
-    fn add(&mut self, other: &Tally) {
-        for (k, v) in &other.0 {
-            *self.0.entry(k.clone()).or_default() += v;
-        }
-    }
-    fn allowed(&self) -> u64 {
-        self.0.iter().filter(|(k, _)| k.1).map(|(_, v)| v).sum()
-    }
-    fn total(&self) -> u64 {
-        self.0.values().sum()
-    }
-    /// ALLOWs in `phase`.
-    fn allowed_in(&self, phase: u8) -> u64 {
-        self.0
-            .iter()
-            .filter(|(k, _)| k.0 == phase && k.1)
-            .map(|(_, v)| v)
-            .sum()
-    }
-    /// Decisions in `phase` from `source` (`allowed`: ALLOWs only).
-    fn from(&self, phase: u8, source: &str, allowed: bool) -> u64 {
-        self.0
-            .iter()
-            .filter(|(k, _)| k.0 == phase && k.2 == source && (k.1 || !allowed))
-            .map(|(_, v)| v)
-            .sum()
-    }
-}
-
-/// Load on one daemon: `clients` threads, each sending `batch` CHECKs of `line` per
-/// round, one round every `every` (zero: back to back), until `stop`. Returns each
-/// thread's tally with the instants of its first send and last reply.
-fn load(
-    socket: &std::path::Path,
-    line: &str,
-    clients: usize,
-    batch: usize,
-    every: Duration,
-    stop: &Arc<AtomicBool>,
-    phase: &Phase,
-) -> Vec<thread::JoinHandle<Tally>> {
-    (0..clients)
-        .map(|_| {
-            let socket = socket.to_path_buf();
-            let lines: Vec<String> = vec![line.to_string(); batch];
-            let stop = Arc::clone(stop);
-            let phase = Arc::clone(phase);
-            thread::spawn(move || {
-                let mut c = Client::connect(&socket);
-                c.set_read_timeout(Duration::from_secs(10));
-                let mut tally = Tally::default();
-                let mut next = Instant::now();
-                while !stop.load(Ordering::Relaxed) {
-                    for r in c.pipeline(&lines) {
-                        let r = parse_reply(&r);
-                        let p = phase.load(Ordering::Relaxed);
-                        *tally.0.entry((p, r.allowed(), r.source)).or_default() += 1;
-                    }
-                    if !every.is_zero() {
-                        next += every;
-                        if let Some(d) = next.checked_duration_since(Instant::now()) {
-                            thread::sleep(d);
-                        }
-                    }
-                }
-                tally
-            })
-        })
-        .collect()
-}
-
-fn join(handles: Vec<thread::JoinHandle<Tally>>) -> Tally {
-    let mut t = Tally::default();
-    for h in handles {
-        t.add(&h.join().expect("load thread"));
-    }
-    t
-}
 
 const DRAIN: &str = r#"
 [[rule]]
@@ -294,19 +160,6 @@ fn saturated_key_is_used_fully_and_shared_fairly() {
     }
 }
 
-/// The lease fields (`l:<holder>`) on the key of `tag` under prefix `rl`.
-fn leases_out(cluster: &RedisCluster, tag: &str) -> usize {
-    let key = format!("rl:{{{tag}}}:tb");
-    cluster
-        .primary_addrs()
-        .iter()
-        .filter_map(|a| redis_command(a, &["HKEYS", &key]).ok())
-        .filter_map(|r| r.into_strings().ok())
-        .flatten()
-        .filter(|f| f.starts_with("l:"))
-        .count()
-}
-
 /// Promise 3: a daemon killed (SIGKILL) while it holds a lease strands at most that
 /// lease, for at most its lifetime: the others' use of the key recovers within it.
 #[test]
@@ -439,13 +292,6 @@ limit = 1000
 window = "1s"
 lease = "auto"
 "#;
-
-fn epoch_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as u64
-}
 
 /// Windows: a lease's units count in the window that granted them and are spent within
 /// it, so no window admits above its limit: over the windows a run touches, at most
