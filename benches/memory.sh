@@ -20,7 +20,7 @@ LOADGEN=$(cargo bench --bench loadgen --no-run --message-format=json 2>/dev/null
     grep '"reason":"compiler-artifact"' | grep '"name":"loadgen"' |
     sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
 [ -x "$LOADGEN" ] || { echo "memory.sh: cannot find the built loadgen bench" >&2; exit 1; }
-DAEMON=${RATELIMITD_BIN:-$PWD/target/release/ratelimitd}
+DAEMON=${RATELIMITD_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/ratelimitd}
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/rl-mem-XXXXXX")
 pid=
