@@ -5,7 +5,15 @@
 //! ```text
 //! cargo bench --bench keymem -- local token_bucket 1000000
 //! cargo bench --bench keymem -- deny - 1000000
+//! cargo bench --bench keymem -- map quick_cache 1000000   # a candidate map alone
 //! ```
+//!
+//! `map` measures the candidates for the local buckets with a 32-byte value (the size of
+//! a local state), key = a 64-bit hash, the same fill-then-churn run: `moka` (TinyLFU),
+//! `moka_lru`, `quick_cache` (its own sharded `sync::Cache`, a copy out per read),
+//! `state_map` (ours: shards of quick_cache's `unsync::Cache`, updated in place) and
+//! `std_sharded` (16 `Mutex<std HashMap>`, i.e. hashbrown: no eviction at all, the floor
+//! of what a hash map costs; its churn phase just grows it).
 //!
 //! It fills a map sized for KEYS with KEYS distinct keys (one decision or one cached
 //! DENY each), reads `VmRSS` before and after (`/proc/self/status`), then sends KEYS more
@@ -103,8 +111,90 @@ fn measure(what: &str, algorithm: &str, n: u64) {
             evict_s = t.elapsed().as_secs_f64();
             report(what, "-", n, held, before, fill_s, evict_s, cache.len());
         }
-        other => panic!("keymem: unknown structure {other:?} (local or deny)"),
+        "map" => measure_map(algorithm, n),
+        other => panic!("keymem: unknown structure {other:?} (local, deny or map)"),
     }
+}
+
+/// A local state's size: what each candidate map stores per key.
+type Value = [u64; 4];
+
+/// One candidate map for the local buckets, fill then churn with `n` keys each.
+fn measure_map(candidate: &str, n: u64) {
+    use ratelimitd::key::Prehashed;
+    use std::sync::Mutex;
+    let keys = TagKey::default();
+    let before = rss();
+    let mut touch: Box<dyn FnMut(u64)> = match candidate {
+        "moka" | "moka_lru" => {
+            let mut b = moka::sync::Cache::builder().max_capacity(n);
+            if candidate == "moka_lru" {
+                b = b.eviction_policy(moka::policy::EvictionPolicy::lru());
+            }
+            let m: moka::sync::Cache<u64, Value, Prehashed> = b.build_with_hasher(Prehashed);
+            Box::new(move |k| {
+                let mut v = m.get(&k).unwrap_or_default();
+                v[0] += 1;
+                m.insert(k, v);
+            })
+        }
+        "quick_cache" => {
+            let m: quick_cache::sync::Cache<u64, Value, quick_cache::UnitWeighter, Prehashed> =
+                quick_cache::sync::Cache::with(
+                    n as usize,
+                    n,
+                    quick_cache::UnitWeighter,
+                    Prehashed,
+                    quick_cache::sync::DefaultLifecycle::default(),
+                );
+            Box::new(move |k| {
+                let mut v = m.get(&k).unwrap_or_default();
+                v[0] += 1;
+                m.insert(k, v);
+            })
+        }
+        "state_map" => {
+            let m: ratelimitd::state_map::StateMap<Value> = ratelimitd::state_map::StateMap::new(n);
+            Box::new(move |k| m.with(k, |v| v[0] += 1))
+        }
+        "std_sharded" => {
+            let shards: Vec<Mutex<std::collections::HashMap<u64, Value, Prehashed>>> =
+                (0..16).map(|_| Mutex::new(Default::default())).collect();
+            Box::new(move |k| {
+                let mut s = shards[((k >> 40) % 16) as usize].lock().unwrap();
+                s.entry(k).or_default()[0] += 1;
+            })
+        }
+        other => panic!("keymem: unknown map {other:?}"),
+    };
+    let t = Instant::now();
+    for i in 0..n {
+        touch(key(&keys, i));
+    }
+    let fill_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    for i in 0..n {
+        // Hits: the first keys again (those still held).
+        touch(key(&keys, i % (n / 2).max(1)));
+    }
+    let hit_s = t.elapsed().as_secs_f64();
+    let full = rss().saturating_sub(before);
+    let t = Instant::now();
+    for i in n..2 * n {
+        touch(key(&keys, i));
+    }
+    let evict_s = t.elapsed().as_secs_f64();
+    let after = rss().saturating_sub(before);
+    println!(
+        "{{\"map\":\"{candidate}\",\"capacity\":{n},\"bytes_per_key_full\":{:.0},\
+         \"bytes_per_key_after_churn\":{:.0},\"insert_ns\":{:.0},\"update_ns\":{:.0},\
+         \"insert_evicting_ns\":{:.0}}}",
+        full as f64 / n as f64,
+        after as f64 / n as f64,
+        fill_s * 1e9 / n as f64,
+        hit_s * 1e9 / n as f64,
+        evict_s * 1e9 / n as f64,
+    );
 }
 
 #[allow(clippy::too_many_arguments)]
