@@ -15,10 +15,12 @@ KEYS=${1:-10000000}
 shift || true
 [ $# -gt 0 ] || set -- 1000000 10000000
 
-cargo build --release --quiet --bin ratelimitd
-LOADGEN=$(cargo bench --bench loadgen --no-run --message-format=json 2>/dev/null |
-    grep '"reason":"compiler-artifact"' | grep '"name":"loadgen"' |
-    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+if [ -z "${LOADGEN:-}" ] || [ -z "${RATELIMITD_BIN:-}" ]; then # else: measure those
+    cargo build --release --quiet --bin ratelimitd
+    LOADGEN=$(cargo bench --bench loadgen --no-run --message-format=json 2>/dev/null |
+        grep '"reason":"compiler-artifact"' | grep '"name":"loadgen"' |
+        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+fi
 [ -x "$LOADGEN" ] || { echo "memory.sh: cannot find the built loadgen bench" >&2; exit 1; }
 DAEMON=${RATELIMITD_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/ratelimitd}
 
