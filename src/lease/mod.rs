@@ -30,6 +30,7 @@ pub mod clock;
 
 use crate::key::{KeyHash, Prehashed};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// How long a lease is asked for, µs (windows: at most to the window's end).
@@ -52,6 +53,8 @@ pub const IDLE_RETURN_US: u64 = 200_000;
 pub const RENEW_AHEAD_US: u64 = 150_000;
 /// A key holding nothing and idle this long is forgotten, µs.
 pub const FORGET_US: u64 = 10_000_000;
+/// The book is walked for such keys at most this often, µs.
+pub const FORGET_EVERY_US: u64 = 1_000_000;
 
 /// What one lease call asks of Redis (besides the request it decides).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -313,6 +316,10 @@ pub struct Book<H> {
     /// This daemon's holder id in Redis.
     pub holder: Arc<str>,
     keys: Mutex<HashMap<KeyHash, Arc<Slot<H>>, Prehashed>>,
+    /// The entries that kept a lease lately (what the sweep looks at).
+    holding: Mutex<HashMap<KeyHash, Arc<Slot<H>>, Prehashed>>,
+    /// When idle keys were last forgotten (our clock, µs).
+    forgotten_at: AtomicU64,
 }
 
 impl<H> Book<H> {
@@ -321,6 +328,8 @@ impl<H> Book<H> {
         Book {
             holder,
             keys: Mutex::new(HashMap::default()),
+            holding: Mutex::new(HashMap::default()),
+            forgotten_at: AtomicU64::new(0),
         }
     }
 
@@ -338,13 +347,27 @@ impl<H> Book<H> {
 
     /// Forgets idle keys holding nothing; returns the entries holding a lease (the
     /// caller gives back those [`Slot::give_back`] names).
+    /// Only the keys [`Book::kept`] named are looked at; the whole book is walked for
+    /// idle keys at most every [`FORGET_EVERY_US`].
     pub fn sweep(&self, now: u64) -> Vec<Arc<Slot<H>>> {
-        let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-        keys.retain(|_, slot| !slot.forgettable(now));
-        keys.values()
-            .filter(|s| s.state().grant != 0)
-            .cloned()
-            .collect()
+        let last = self.forgotten_at.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= FORGET_EVERY_US {
+            self.forgotten_at.store(now, Ordering::Relaxed);
+            let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+            keys.retain(|_, slot| !slot.forgettable(now));
+        }
+        let mut holding = self.holding.lock().unwrap_or_else(|p| p.into_inner());
+        holding.retain(|_, s| s.state().grant != 0);
+        holding.values().cloned().collect()
+    }
+
+    /// Notes that `key`'s entry may hold a lease now (after a call kept one), for the
+    /// sweep.
+    pub fn kept(&self, key: KeyHash, slot: &Arc<Slot<H>>) {
+        if slot.state().grant != 0 {
+            let mut holding = self.holding.lock().unwrap_or_else(|p| p.into_inner());
+            holding.entry(key).or_insert_with(|| Arc::clone(slot));
+        }
     }
 
     /// Keys in the book.

@@ -86,3 +86,28 @@ fn an_idle_lease_is_given_back_and_a_dead_one_dropped() {
         Local::Call { .. }
     ));
 }
+
+#[test]
+fn the_sweep_sees_the_keys_that_kept_a_lease() {
+    let book: Book<()> = Book::new(holder());
+    let (a, b) = (book.slot(1, || ()), book.slot(2, || ()));
+    let t = 1_000_000;
+    let ask = a.begin(1, 1000, true, &holder());
+    let g = Granted {
+        units: 5,
+        lifetime_us: LIFETIME_US,
+        grant: 9,
+    };
+    a.granted(t, &ask, g, 100, 100);
+    book.kept(1, &a);
+    book.kept(2, &b);
+    let swept = book.sweep(t);
+    assert_eq!(swept.len(), 1);
+    assert!(Arc::ptr_eq(&swept[0], &a));
+    // Idle keys holding nothing are forgotten.
+    assert_eq!(book.len(), 2);
+    a.give_back(t + IDLE_RETURN_US, &holder()).expect("idle");
+    a.failed();
+    book.sweep(t + FORGET_US + FORGET_EVERY_US);
+    assert_eq!(book.len(), 0);
+}

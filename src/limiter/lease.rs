@@ -114,6 +114,7 @@ impl Limiter {
             let decision = match answer {
                 Ok((o, granted)) => {
                     slot.granted(sent_us, &ask, granted, o.remaining, o.reset_ms);
+                    this.leases.kept(key, &slot);
                     if rule.on_redis_failure == OnRedisFailure::Local {
                         this.local.observe(key, &rule, &o, local_clock_us());
                     }
