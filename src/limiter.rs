@@ -195,10 +195,12 @@ impl Limiter {
     }
 
     /// Puts `rules` in force for requests that start from now on; in-flight requests
-    /// finish under the rules they started with. Clears the deny cache.
+    /// finish under the rules they started with. Clears the deny cache and drops the
+    /// leases held (they lapse in Redis).
     pub fn replace_rules(&self, rules: Rules) {
         self.rules.store(Arc::new(activate(rules)));
         self.cache.clear();
+        self.leases.clear();
     }
 
     /// Records the daemons alive in Redis (`fallback.hosts = "auto"`); returns the count

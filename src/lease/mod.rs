@@ -370,6 +370,16 @@ impl<H> Book<H> {
         }
     }
 
+    /// Forgets every key (a reload: a lease taken under the old rule is not spent under
+    /// the new one; what it holds lapses in Redis at its deadline).
+    pub fn clear(&self) {
+        self.keys.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.holding
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
     /// Keys in the book.
     pub fn len(&self) -> usize {
         self.keys.lock().map_or(0, |k| k.len())
