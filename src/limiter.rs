@@ -313,13 +313,7 @@ impl Limiter {
             return decided(decide_without_redis(&self.local, rule, key, cost, now));
         };
         let Some(slot) = peer.redis_slot() else {
-            let limits = peer.in_flight_limits();
-            return Check::Ready(Err(CheckError::Busy {
-                uid: peer.uid,
-                held: peer.uid_in_flight(),
-                per_uid: limits.per_uid,
-                total: limits.total,
-            }));
+            return self.no_redis_slot(entry, key, cost, peer);
         };
         let this = Arc::clone(self);
         let redis = Arc::clone(redis);
@@ -392,6 +386,31 @@ impl Limiter {
                 decision,
                 window_ms: rule.window_ms,
             }
+        }))
+    }
+
+    /// The answer when `peer` holds its share of the requests in flight to Redis (or the
+    /// daemon its cap): `ERR BUSY` for a socket client, which retries or fails open by
+    /// its own policy; for a detached rule (the Envoy front end, one peer standing for
+    /// every application behind Envoy) a decision without Redis, per the rule's
+    /// `on_redis_failure`, as when Redis is slow: an error would hand the decision to
+    /// Envoy's `failure_mode_deny`.
+    fn no_redis_slot(&self, entry: &Entry, key: u64, cost: u32, peer: &Peer) -> Check {
+        if entry.detached {
+            let decision =
+                decide_without_redis(&self.local, &entry.rule, key, cost, local_clock_us());
+            entry.counters.record(&decision);
+            return Check::Ready(Ok(Decided {
+                decision,
+                window_ms: entry.rule.window_ms,
+            }));
+        }
+        let limits = peer.in_flight_limits();
+        Check::Ready(Err(CheckError::Busy {
+            uid: peer.uid,
+            held: peer.uid_in_flight(),
+            per_uid: limits.per_uid,
+            total: limits.total,
         }))
     }
 

@@ -307,6 +307,61 @@ fn frozen_redis_answered_locally_within_the_timeout_then_redis_again() {
     assert!(back, "no Redis decision after SIGCONT:\n{}", d.log_tail(20));
 }
 
+/// Past `server.redis_max_in_flight` (Redis frozen, every slot held by a call waiting
+/// on it), RLS calls are still answered, decided without Redis: never a gRPC error,
+/// which would hand the decision to Envoy's `failure_mode_deny`.
+#[test]
+fn requests_past_the_in_flight_cap_are_decided_locally_not_refused() {
+    let _serial = serial();
+    let redis = RedisStandalone::start();
+    let config = format!(
+        "[server]\nredis_max_in_flight = 2\n\n{}",
+        redis_config(&redis, 500)
+    );
+    let (_d, grpc, metrics, _dir) = daemon(&config, LIMITS);
+    let rt = runtime();
+    let mut c = rt.block_on(client(grpc));
+    let in_redis = wait_until(Duration::from_secs(10), || {
+        rt.block_on(ask(&mut c, request("rides", &[("user_id", "warm")], 0)));
+        metric(
+            &scrape(metrics),
+            "ratelimitd_decisions_total",
+            &[("rule", "envoy/rides.user_id"), ("source", "redis")],
+        ) > 0.0
+    });
+    assert!(in_redis, "no decision in Redis before the freeze");
+    redis.signal(libc::SIGSTOP);
+    // 20 calls at once: two take the Redis slots and wait on the frozen Redis (up to
+    // the 500 ms timeout, long before its breaker could open); the other 18 find no
+    // slot.
+    let answers = rt.block_on(async {
+        let calls = (0..20).map(|i| {
+            let mut c = c.clone();
+            async move {
+                c.should_rate_limit(request("rides", &[("user_id", &format!("cap{i}"))], 1))
+                    .await
+            }
+        });
+        futures::future::join_all(calls).await
+    });
+    redis.signal(libc::SIGCONT);
+    let mut limited = 0;
+    for a in answers {
+        let r = a.expect("an answer, never a gRPC error").into_inner();
+        if r.statuses[0].current_limit.is_some() {
+            limited += 1;
+        }
+    }
+    assert_eq!(limited, 20, "every answer carries its limit");
+    let local = metric(
+        &scrape(metrics),
+        "ratelimitd_decisions_total",
+        &[("rule", "envoy/rides.user_id"), ("source", "local")],
+    );
+    println!("in-flight cap 2, Redis frozen: 20 calls answered, {local} decided locally");
+    assert!(local >= 18.0, "{local} local decisions");
+}
+
 #[test]
 fn sighup_reloads_the_yaml_atomically() {
     let _serial = serial();

@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 /// Starts the front end if `[envoy] listen` is set: binds it, and serves until
 /// `shutdown` on a task of its own. Returns the service (the reload gives it new
 /// limits) and the task. Its requests to Redis have their own bound,
-/// `server.redis_max_in_flight` (one more is answered `RESOURCE_EXHAUSTED`).
+/// `server.redis_max_in_flight` (past it, decisions are made without Redis).
 ///
 /// # Errors
 /// The address or socket cannot be bound.

@@ -70,7 +70,6 @@ impl RateLimitService for Service {
         match self.0.should_rate_limit(request.get_ref()).await {
             Ok(r) => Ok(Response::new(r)),
             Err(RlsError::Invalid(m)) => Err(Status::invalid_argument(m)),
-            Err(RlsError::Busy(m)) => Err(Status::resource_exhausted(m)),
         }
     }
 }

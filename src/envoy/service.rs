@@ -19,7 +19,7 @@ use crate::admission::Peer;
 use crate::algorithm::{Algorithm, Kind as Algo, Per, MAX_LIMIT};
 use crate::clock::BatchClock;
 use crate::config::{OnRedisFailure, Rule};
-use crate::limiter::{Check, CheckError, Detached, Limiter};
+use crate::limiter::{Check, Detached, Limiter};
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
@@ -132,9 +132,6 @@ pub enum RlsError {
     /// An empty domain or no descriptor (envoyproxy/ratelimit refuses these too).
     #[error("{0}")]
     Invalid(&'static str),
-    /// The daemon's requests in flight to Redis are at `server.redis_max_in_flight`.
-    #[error("{0}")]
-    Busy(String),
 }
 
 /// The Rate Limit Service: the limits in force, the limiter, and the peer whose share
@@ -285,11 +282,11 @@ impl Rls {
                     let decided = match check {
                         Check::Ready(Ok(d)) => d,
                         Check::Redis(fut) => fut.await,
-                        Check::Ready(Err(e @ CheckError::Busy { .. })) => {
-                            return Err(RlsError::Busy(e.to_string()))
-                        }
+                        // Detached rules skip access lists, take no cost above
+                        // their limit (`never`), get keys that fit (shortened), and
+                        // are decided without Redis when no Redis slot is free.
                         Check::Ready(Err(e)) => {
-                            unreachable!("detached rules refuse nothing else: {e}")
+                            unreachable!("a detached rule was refused: {e}")
                         }
                     };
                     let d = decided.decision;

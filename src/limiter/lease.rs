@@ -16,7 +16,7 @@
 //!              └► failed: on_redis_failure
 //! ```
 
-use super::{Check, CheckError, Decided, Entry, Limiter, SLOT_HELD_AT_MOST};
+use super::{Check, Decided, Entry, Limiter, SLOT_HELD_AT_MOST};
 use crate::admission::{Peer, UntilDone};
 use crate::clock::local_clock_us;
 use crate::config::{OnRedisFailure, Rule};
@@ -65,13 +65,7 @@ impl Limiter {
             return self.fallback(entry, key, cost);
         }
         let Some(in_flight) = peer.redis_slot() else {
-            let limits = peer.in_flight_limits();
-            return Check::Ready(Err(CheckError::Busy {
-                uid: peer.uid,
-                held: peer.uid_in_flight(),
-                per_uid: limits.per_uid,
-                total: limits.total,
-            }));
+            return self.no_redis_slot(entry, key, cost, peer);
         };
         let (this, redis, entry) = (Arc::clone(self), Arc::clone(redis), Arc::clone(entry));
         Check::Redis(Box::pin(async move {
