@@ -76,7 +76,7 @@ fn random_line(rng: &mut Rng, i: usize) -> Vec<u8> {
         }
         8 => {
             let mut l = format!("check\tapi  k{i}").into_bytes();
-            l.extend(std::iter::repeat(b'\r').take(rng.below(3)));
+            l.extend(std::iter::repeat_n(b'\r', rng.below(3)));
             l
         }
         9 => {

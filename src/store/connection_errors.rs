@@ -42,7 +42,7 @@ impl ConnectionErrors {
         let due = state
             .logged
             .get(&cause)
-            .map_or(true, |at| now.duration_since(*at) >= REPEAT_INTERVAL);
+            .is_none_or(|at| now.duration_since(*at) >= REPEAT_INTERVAL);
         if due {
             tracing::warn!(
                 server,
