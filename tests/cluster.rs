@@ -29,26 +29,6 @@ ttl_ms = 500
     )
 }
 
-const RULES: &str = r#"
-[[rule]]
-name = "rides_request"
-algorithm = "token_bucket"
-capacity = 20
-refill_rate = 10.0
-
-[[rule]]
-name = "slow"
-algorithm = "token_bucket"
-capacity = 5
-refill_rate = 2.0
-
-[[rule]]
-name = "big"
-algorithm = "token_bucket"
-capacity = 50
-refill_rate = 0.001
-"#;
-
 plain_and_tls!(
     burst_wait_cache_and_hash_tag_in_cluster,
     pipelined_mixed_requests_answer_in_order_through_redis,
@@ -59,7 +39,7 @@ plain_and_tls!(
 
 fn burst_wait_cache_and_hash_tag_in_cluster(flavor: Flavor) {
     let cluster = TestCluster::start(flavor);
-    let d = Daemon::start(&cluster_config(&cluster, RULES));
+    let d = Daemon::start(&cluster_config(&cluster, BUCKET_RULES));
     let mut c = connect_in_redis(&d, "rides_request");
 
     // A burst admits exactly `capacity`, `remaining` counting down. Pipelined, so that
@@ -145,7 +125,7 @@ fn burst_wait_cache_and_hash_tag_in_cluster(flavor: Flavor) {
 
 fn pipelined_mixed_requests_answer_in_order_through_redis(flavor: Flavor) {
     let cluster = TestCluster::start(flavor);
-    let d = Daemon::start(&cluster_config(&cluster, RULES));
+    let d = Daemon::start(&cluster_config(&cluster, BUCKET_RULES));
     let mut c = connect_in_redis(&d, "big");
     let mut lines = Vec::new();
     let mut want = Vec::new();
@@ -182,7 +162,7 @@ fn pipelined_mixed_requests_answer_in_order_through_redis(flavor: Flavor) {
 
 fn two_daemons_on_one_cluster_share_one_budget_exactly(flavor: Flavor) {
     let cluster = TestCluster::start(flavor);
-    let config = cluster_config(&cluster, RULES);
+    let config = cluster_config(&cluster, BUCKET_RULES);
     let a = Daemon::start(&config);
     let b = Daemon::start(&config);
     connect_in_redis(&a, "big");
@@ -217,7 +197,7 @@ fn two_daemons_on_one_cluster_share_one_budget_exactly(flavor: Flavor) {
 /// NOSCRIPT: scripts flushed on every primary are re-loaded, the decision stays in Redis.
 fn script_flush_reloads_the_scripts(flavor: Flavor) {
     let cluster = TestCluster::start(flavor);
-    let d = Daemon::start(&cluster_config(&cluster, RULES));
+    let d = Daemon::start(&cluster_config(&cluster, BUCKET_RULES));
     let mut c = connect_in_redis(&d, "big");
     assert_eq!(parse_reply(&c.request("CHECK big f1")).source, "redis");
     for addr in cluster.primary_addrs() {

@@ -7,33 +7,13 @@ mod common;
 use common::*;
 use std::time::{Duration, Instant};
 
-/// A daemon config for one standalone Redis, with [`RULES`].
+/// A daemon config for one standalone Redis, with [`BUCKET_RULES`].
 fn standalone_config(redis: &RedisStandalone) -> String {
     format!(
-        "[redis]\nmode = \"standalone\"\nnodes = [\"{}\"]\ntimeout_ms = 25\n{RULES}",
+        "[redis]\nmode = \"standalone\"\nnodes = [\"{}\"]\ntimeout_ms = 25\n{BUCKET_RULES}",
         redis.addr()
     )
 }
-
-const RULES: &str = r#"
-[[rule]]
-name = "rides_request"
-algorithm = "token_bucket"
-capacity = 20
-refill_rate = 10.0
-
-[[rule]]
-name = "slow"
-algorithm = "token_bucket"
-capacity = 5
-refill_rate = 2.0
-
-[[rule]]
-name = "big"
-algorithm = "token_bucket"
-capacity = 50
-refill_rate = 0.001
-"#;
 
 #[test]
 fn standalone_mode() {

@@ -306,3 +306,25 @@ impl Drop for Daemon {
         }
     }
 }
+
+/// Three token-bucket rules the Redis tests share: `rides_request` (a burst of 20,
+/// 10 tokens/s), `slow` (5, 2 tokens/s) and `big` (50, one token per 1,000 s).
+pub const BUCKET_RULES: &str = r#"
+[[rule]]
+name = "rides_request"
+algorithm = "token_bucket"
+capacity = 20
+refill_rate = 10.0
+
+[[rule]]
+name = "slow"
+algorithm = "token_bucket"
+capacity = 5
+refill_rate = 2.0
+
+[[rule]]
+name = "big"
+algorithm = "token_bucket"
+capacity = 50
+refill_rate = 0.001
+"#;
