@@ -105,8 +105,22 @@ impl Scenario {
         daemons: usize,
         hosts: u32,
     ) -> Scenario {
+        Self::start_with_node_timeout(name, title, daemons, hosts, CLUSTER_NODE_TIMEOUT_MS)
+    }
+
+    /// As [`Scenario::start`] on a cluster whose `cluster-node-timeout` is
+    /// `node_timeout_ms`: a fault meant to leave the cluster's own state alone (a
+    /// primary frozen for less than this) must not let the other nodes mark the
+    /// primary failed and promote its replica.
+    pub(crate) fn start_with_node_timeout(
+        name: &'static str,
+        title: &'static str,
+        daemons: usize,
+        hosts: u32,
+        node_timeout_ms: u64,
+    ) -> Scenario {
         let started = Instant::now();
-        let cluster = RedisCluster::start();
+        let cluster = RedisCluster::start_with_node_timeout(node_timeout_ms);
         let addrs = cluster.addrs();
         let config = daemon_config(&addrs, hosts);
         // fred's warnings (reconnections, unresponsive connections) help read a failure.
