@@ -145,6 +145,19 @@ pub fn join(handles: Vec<thread::JoinHandle<Tally>>) -> Tally {
     t
 }
 
+/// Stops the load (`stop`), joins every host's threads (`handles`, one list per daemon)
+/// and returns each host's tally and their sum.
+pub fn stop_and_join(
+    stop: &AtomicBool,
+    handles: Vec<Vec<thread::JoinHandle<Tally>>>,
+) -> (Vec<Tally>, Tally) {
+    stop.store(true, Ordering::Relaxed);
+    let per_host: Vec<Tally> = handles.into_iter().map(join).collect();
+    let mut all = Tally::default();
+    per_host.iter().for_each(|h| all.add(h));
+    (per_host, all)
+}
+
 /// The lease fields (`l:<holder>`) on the key of `tag` under prefix `rl`.
 pub fn leases_out(cluster: &RedisCluster, tag: &str) -> usize {
     let key = format!("rl:{{{tag}}}:tb");

@@ -56,12 +56,9 @@ fn drain_admits_no_more_than_the_bucket_with_a_tenth_of_the_calls() {
         })
         .collect();
     thread::sleep(Duration::from_secs(6));
-    stop.store(true, Ordering::Relaxed);
-    let per_host: Vec<Tally> = handles.into_iter().map(join).collect();
+    let (_, all) = stop_and_join(&stop, handles);
     let elapsed = started.elapsed().as_secs_f64();
     let calls = s.script_calls() - calls_before;
-    let mut all = Tally::default();
-    per_host.iter().for_each(|t| all.add(t));
     let bound = 20_000.0 + 1.0 * elapsed;
     println!(
         "drain: {} ALLOW of {} decisions in {elapsed:.2} s (bound {bound:.0}); {calls} script calls; by source {:?}",
@@ -131,12 +128,9 @@ fn saturated_key_is_used_fully_and_shared_fairly() {
     let started = Instant::now();
     let handles = saturate(&s.daemons.iter().collect::<Vec<_>>(), &stop, &phase);
     thread::sleep(Duration::from_secs(20));
-    stop.store(true, Ordering::Relaxed);
-    let per_host: Vec<Tally> = handles.into_iter().map(join).collect();
+    let (per_host, all) = stop_and_join(&stop, handles);
     let t = started.elapsed().as_secs_f64();
     let calls = s.script_calls() - calls_before;
-    let mut all = Tally::default();
-    per_host.iter().for_each(|h| all.add(h));
     let bound = SAT_CAPACITY + SAT_RATE * t;
     let shares: Vec<u64> = per_host.iter().map(Tally::allowed).collect();
     let mean = shares.iter().sum::<u64>() as f64 / 3.0;
@@ -219,11 +213,8 @@ fn stopped_holder_spends_nothing_after_its_deadline() {
     s.daemons[0].signal(libc::SIGCONT);
     phase.store(2, Ordering::Relaxed);
     thread::sleep(Duration::from_secs(3));
-    stop.store(true, Ordering::Relaxed);
-    let per_host: Vec<Tally> = handles.into_iter().map(join).collect();
+    let (per_host, all) = stop_and_join(&stop, handles);
     let t = started.elapsed().as_secs_f64();
-    let mut all = Tally::default();
-    per_host.iter().for_each(|h| all.add(h));
     let bound = SAT_CAPACITY + SAT_RATE * t;
     println!(
         "SIGSTOP: {out} leases out at the stop; {} ALLOW in {t:.2} s (bound {bound:.0}); stopped host after SIGCONT: {} ALLOW ({} from its leases)",
