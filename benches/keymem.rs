@@ -89,7 +89,7 @@ fn measure(what: &str, algorithm: &str, n: u64) {
             );
         }
         "deny" => {
-            let cache = DenyCache::new(60_000, n);
+            let cache = DenyCache::new(60_000, n, 50);
             let deny = Decision {
                 allowed: false,
                 limit: 100,

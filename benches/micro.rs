@@ -115,7 +115,7 @@ fn caches(c: &mut Criterion) {
             local.decide(keys.of(&key), 100, &params, 1, wall_clock_us())
         })
     });
-    let cache = DenyCache::new(500, 100_000);
+    let cache = DenyCache::new(500, 100_000, 50);
     let deny = Decision {
         allowed: false,
         limit: 100,

@@ -19,6 +19,22 @@ struct Entry {
     at_us: f64,
     /// How long the entry answers, µs.
     ttl_us: f64,
+    /// A request has claimed its refresh and `ttl_us` was extended by the grace (an
+    /// entry is extended once: after that, expired means gone).
+    extended: bool,
+}
+
+/// What the deny cache holds for a request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Lookup {
+    /// A fresh DENY: the answer.
+    Hit(Decision),
+    /// Nothing usable: ask Redis.
+    Miss,
+    /// The entry expired and this request claimed its refresh: ask Redis, then call
+    /// [`DenyCache::refreshed`] with the answer (other requests for the key get the
+    /// cached DENY meanwhile).
+    Refresh,
 }
 
 /// Bounded map from `"<rule>:<key>"` (as its [`TagKey`]) to the last DENY Redis returned
@@ -29,13 +45,17 @@ struct Entry {
 pub struct DenyCache {
     entries: Option<Cache<KeyHash, Entry, Prehashed>>,
     ttl: Duration,
+    /// How long an expired entry keeps answering while its refresh is in flight, µs.
+    grace_us: f64,
 }
 
 impl DenyCache {
     /// A cache keeping each DENY at most `ttl_ms` ms (0 disables the cache) and at most
     /// `max_entries` entries (the least recently used is evicted; moka counts and evicts
-    /// lazily, so the count can run a little over between its housekeeping runs).
-    pub fn new(ttl_ms: u64, max_entries: u64) -> Self {
+    /// lazily, so the count can run a little over between its housekeeping runs); an
+    /// expired entry whose refresh is in flight answers for up to `grace_ms` more (the
+    /// time a Redis call may take: twice `redis.timeout_ms`).
+    pub fn new(ttl_ms: u64, max_entries: u64, grace_ms: u64) -> Self {
         let ttl = Duration::from_millis(ttl_ms);
         let entries = (ttl_ms > 0 && max_entries > 0).then(|| {
             Cache::builder()
@@ -43,7 +63,11 @@ impl DenyCache {
                 .eviction_policy(moka::policy::EvictionPolicy::lru())
                 .build_with_hasher(Prehashed)
         });
-        DenyCache { entries, ttl }
+        DenyCache {
+            entries,
+            ttl,
+            grace_us: grace_ms as f64 * 1000.0,
+        }
     }
 
     /// Remembers `decision` (a DENY from Redis for `cost` units, asked at `asked_us`,
@@ -62,26 +86,65 @@ impl DenyCache {
                 cost,
                 at_us: asked_us,
                 ttl_us: ttl.as_micros() as f64,
+                extended: false,
             },
         );
     }
 
-    /// The cached DENY for `key` ([`TagKey::of`] of the tag) and `cost` at `now_us` (wall clock µs), if one is
-    /// fresh, with `reset_ms` and `wait_ms` reduced by the whole ms since Redis was
-    /// asked and `source = cache`. The clock is the one local decisions read (once per
-    /// batch, [`crate::clock::local_clock_us`], monotonic), so an entry answers for at
-    /// most `min(cache.ttl_ms, wait_ms)` whatever the wall clock does; a `now_us`
-    /// before the entry counts as no time passed. An expired entry stays until a new
-    /// DENY replaces it or it is evicted: it only takes room, never answers.
-    pub fn lookup(&self, key: KeyHash, cost: u32, now_us: f64) -> Option<Decision> {
-        let entry = self.entries.as_ref()?.get(&key)?;
+    /// The answer of a refresh claimed by [`Lookup::Refresh`]: a DENY is remembered
+    /// afresh; anything else (an ALLOW: Redis's state changed, e.g. it was reset) drops
+    /// the extended entry at once. A refresh that got no answer from Redis leaves the
+    /// entry to lapse at the end of its grace.
+    pub fn refreshed(&self, key: KeyHash, cost: u32, decision: &Decision, asked_us: f64) {
+        let Some(entries) = &self.entries else { return };
+        if decision.allowed || decision.wait_ms == 0 {
+            entries.invalidate(&key);
+        } else {
+            self.remember(key, cost, decision, asked_us);
+        }
+    }
+
+    /// The cached DENY for `key` ([`TagKey::of`] of the tag) and `cost` at `now_us` (wall
+    /// clock µs), if one is fresh, with `reset_ms` and `wait_ms` reduced by the whole ms
+    /// since Redis was asked and `source = cache`. The clock is the one local decisions
+    /// read (once per batch, [`crate::clock::local_clock_us`], monotonic), so an entry
+    /// answers for at most `min(cache.ttl_ms, wait_ms)` (plus the refresh grace, never
+    /// past `wait_ms`) whatever the wall clock does; a `now_us` before the entry counts
+    /// as no time passed. The first request to find an entry of its cost expired, with
+    /// its `wait_ms` not yet over, gets [`Lookup::Refresh`]: the entry is extended by the
+    /// grace for the others. An expired entry stays until a new DENY replaces it or it
+    /// is evicted: it only takes room, never answers.
+    ///
+    /// [`TagKey::of`]: crate::key::TagKey::of
+    pub fn lookup(&self, key: KeyHash, cost: u32, now_us: f64) -> Lookup {
+        let Some(entries) = &self.entries else {
+            return Lookup::Miss;
+        };
+        let Some(entry) = entries.get(&key) else {
+            return Lookup::Miss;
+        };
+        if entry.cost != cost {
+            return Lookup::Miss;
+        }
         let elapsed = (now_us - entry.at_us).max(0.0);
-        if entry.cost != cost || elapsed >= entry.ttl_us {
-            return None;
+        if elapsed >= entry.ttl_us {
+            let wait_us = entry.decision.wait_ms as f64 * 1000.0;
+            if entry.extended || elapsed >= wait_us || self.grace_us <= 0.0 {
+                return Lookup::Miss;
+            }
+            entries.insert(
+                key,
+                Entry {
+                    ttl_us: (elapsed + self.grace_us).min(wait_us),
+                    extended: true,
+                    ..entry
+                },
+            );
+            return Lookup::Refresh;
         }
         let elapsed_ms = (elapsed / 1000.0) as u64;
         let d = entry.decision;
-        Some(Decision {
+        Lookup::Hit(Decision {
             reset_ms: d.reset_ms.saturating_sub(elapsed_ms),
             wait_ms: d.wait_ms.saturating_sub(elapsed_ms).max(1),
             source: Source::Cache,
@@ -135,22 +198,29 @@ mod tests {
         }
     }
 
+    fn hit(l: Lookup) -> Decision {
+        match l {
+            Lookup::Hit(d) => d,
+            other => panic!("expected a hit, got {other:?}"),
+        }
+    }
+
     #[test]
     fn remembers_denies_of_the_same_cost_only() {
-        let c = DenyCache::new(500, 100);
+        let c = DenyCache::new(500, 100, 50);
         c.remember(k("r:k"), 2, &deny(300), T0);
-        let hit = c.lookup(k("r:k"), 2, T0 + 100_000.0).unwrap();
-        assert_eq!(hit.source, Source::Cache);
-        assert_eq!((hit.allowed, hit.wait_ms, hit.reset_ms), (false, 200, 900));
-        assert!(c.lookup(k("r:k"), 1, T0).is_none());
-        assert!(c.lookup(k("r:other"), 2, T0).is_none());
+        let h = hit(c.lookup(k("r:k"), 2, T0 + 100_000.0));
+        assert_eq!(h.source, Source::Cache);
+        assert_eq!((h.allowed, h.wait_ms, h.reset_ms), (false, 200, 900));
+        assert_eq!(c.lookup(k("r:k"), 1, T0), Lookup::Miss);
+        assert_eq!(c.lookup(k("r:other"), 2, T0), Lookup::Miss);
         // A clock stepping back: no time passed.
-        assert_eq!(c.lookup(k("r:k"), 2, T0 - 5e6).unwrap().wait_ms, 300);
+        assert_eq!(hit(c.lookup(k("r:k"), 2, T0 - 5e6)).wait_ms, 300);
     }
 
     #[test]
     fn never_caches_allow_and_expires_with_wait() {
-        let c = DenyCache::new(500, 100);
+        let c = DenyCache::new(500, 100, 50);
         c.remember(
             k("r:a"),
             1,
@@ -160,19 +230,57 @@ mod tests {
             },
             T0,
         );
-        assert!(c.lookup(k("r:a"), 1, T0).is_none());
+        assert_eq!(c.lookup(k("r:a"), 1, T0), Lookup::Miss);
         c.remember(k("r:b"), 1, &deny(20), T0);
-        assert!(c.lookup(k("r:b"), 1, T0 + 19_999.0).is_some());
-        assert!(
-            c.lookup(k("r:b"), 1, T0 + 20_000.0).is_none(),
+        hit(c.lookup(k("r:b"), 1, T0 + 19_999.0));
+        // Past wait_ms: no refresh grace either (Redis may admit it now).
+        assert_eq!(
+            c.lookup(k("r:b"), 1, T0 + 20_000.0),
+            Lookup::Miss,
             "kept past wait_ms"
         );
     }
 
     #[test]
+    fn one_request_refreshes_an_expired_entry_while_the_others_keep_it() {
+        let c = DenyCache::new(500, 100, 50);
+        c.remember(k("r:k"), 1, &deny(10_000), T0);
+        let t = T0 + 500_000.0;
+        assert_eq!(c.lookup(k("r:k"), 1, t), Lookup::Refresh);
+        // The others: the cached DENY, for the grace (50 ms) and no longer.
+        hit(c.lookup(k("r:k"), 1, t + 1_000.0));
+        hit(c.lookup(k("r:k"), 1, t + 49_999.0));
+        assert_eq!(c.lookup(k("r:k"), 1, t + 50_000.0), Lookup::Miss);
+        // The refresh came back DENY: fresh again, for ttl_ms from its own asking.
+        c.refreshed(k("r:k"), 1, &deny(9_000), t);
+        hit(c.lookup(k("r:k"), 1, t + 499_999.0));
+        assert_eq!(c.lookup(k("r:k"), 1, t + 500_000.0), Lookup::Refresh);
+        // ... then ALLOW: the extended entry goes at once.
+        c.refreshed(
+            k("r:k"),
+            1,
+            &Decision {
+                allowed: true,
+                ..deny(0)
+            },
+            t + 500_000.0,
+        );
+        assert_eq!(c.lookup(k("r:k"), 1, t + 500_001.0), Lookup::Miss);
+    }
+
+    #[test]
+    fn the_grace_never_outlives_wait() {
+        let c = DenyCache::new(500, 100, 50);
+        c.remember(k("r:k"), 1, &deny(520), T0);
+        assert_eq!(c.lookup(k("r:k"), 1, T0 + 500_000.0), Lookup::Refresh);
+        hit(c.lookup(k("r:k"), 1, T0 + 519_999.0));
+        assert_eq!(c.lookup(k("r:k"), 1, T0 + 520_000.0), Lookup::Miss);
+    }
+
+    #[test]
     fn ttl_zero_disables() {
-        let c = DenyCache::new(0, 100);
+        let c = DenyCache::new(0, 100, 50);
         c.remember(k("r:k"), 1, &deny(300), T0);
-        assert!(c.lookup(k("r:k"), 1, T0).is_none());
+        assert_eq!(c.lookup(k("r:k"), 1, T0), Lookup::Miss);
     }
 }

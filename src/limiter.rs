@@ -17,7 +17,7 @@
 mod lease;
 
 use crate::admission::{Peer, UntilDone};
-use crate::cache::DenyCache;
+use crate::cache::{DenyCache, Lookup};
 use crate::clock::{local_clock_us, BatchClock};
 use crate::config::{Config, OnRedisFailure, Rule};
 use crate::decision::{Decision, Source};
@@ -182,7 +182,13 @@ impl Limiter {
     pub fn new(config: &Config, redis: Option<Arc<Store>>, circuit: Arc<Circuit>) -> Self {
         Limiter {
             rules: ArcSwap::from_pointee(activate(config.rules.clone())),
-            cache: DenyCache::new(config.cache.ttl_ms, config.cache.max_entries),
+            // An expired entry answers while its refresh is in flight: at most the time
+            // the Redis call may take (one timeout, one more when this process was late).
+            cache: DenyCache::new(
+                config.cache.ttl_ms,
+                config.cache.max_entries,
+                config.redis.timeout_ms.saturating_mul(2),
+            ),
             local: LocalBuckets::new(config.fallback.max_keys),
             redis,
             circuit,
@@ -297,9 +303,12 @@ impl Limiter {
         if rule.lease {
             return self.check_leased(entry, redis, tag, key, cost, peer);
         }
-        if let Some(cached) = self.cache.lookup(key, cost, clock.now_us()) {
-            return decided(cached);
-        }
+        // One request refreshes an expired hot entry; the others keep its DENY meanwhile.
+        let refresh = match self.cache.lookup(key, cost, clock.now_us()) {
+            Lookup::Hit(cached) => return decided(cached),
+            Lookup::Miss => false,
+            Lookup::Refresh => true,
+        };
         let redis_key = redis.key(tag, &rule.params);
         // Only the primary owning this key's slot matters: keys of healthy primaries
         // keep going to Redis while another primary is down.
@@ -363,7 +372,11 @@ impl Limiter {
                             .get(&rule.name)
                             .is_some_and(|e| Arc::ptr_eq(e, &entry))
                     {
-                        this.cache.remember(key, cost, &d, asked_us);
+                        if refresh {
+                            this.cache.refreshed(key, cost, &d, asked_us);
+                        } else {
+                            this.cache.remember(key, cost, &d, asked_us);
+                        }
                     }
                     if rule.on_redis_failure == OnRedisFailure::Local {
                         this.local.observe(key, rule, &o, local_clock_us());

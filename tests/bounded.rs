@@ -61,7 +61,7 @@ fn local_buckets_never_hold_more_than_max_keys() {
 #[test]
 fn deny_cache_evicts_beyond_max_entries() {
     let keys = TagKey::default();
-    let cache = DenyCache::new(60_000, MAX);
+    let cache = DenyCache::new(60_000, MAX, 50);
     let deny = Decision {
         allowed: false,
         limit: 10,

@@ -91,3 +91,83 @@ fn out_of_memory_opens_the_circuit_once_and_recovers() {
         == "redis"));
     eprintln!("back to redis {:?} after OOM ended", t.elapsed());
 }
+
+/// A hot denied key whose cached DENY keeps expiring: one request per expiry re-asks
+/// Redis while the others keep the cached DENY, and once Redis's state is gone (a
+/// flush) the key is admitted again within `ttl_ms` plus the refresh grace (twice
+/// `timeout_ms`).
+#[test]
+fn an_expiring_hot_deny_is_refreshed_by_one_request() {
+    const TTL_MS: u64 = 100;
+    const GRACE_MS: u64 = 2 * 25;
+    let redis = RedisStandalone::start();
+    let config = format!(
+        "{}\n[cache]\nttl_ms = {TTL_MS}\n",
+        standalone_config(&redis)
+    );
+    let d = Daemon::start(&config);
+    let mut c = d.connect();
+    // "big": 50 units, refilled at 0.001/s: exhausted, it stays denied for the test.
+    for _ in 0..50 {
+        assert!(parse_reply(&c.request("CHECK big h")).allowed());
+    }
+    assert_eq!(parse_reply(&c.request("CHECK big h")).source, "redis");
+    // 8 connections, 16 requests in flight each, for 1.5 s.
+    let run = Duration::from_millis(1500);
+    let started = Instant::now();
+    let counts: Vec<(u64, u64)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..8)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut c = d.connect();
+                    let batch: Vec<String> = (0..16).map(|_| "CHECK big h".to_string()).collect();
+                    let (mut total, mut from_redis) = (0, 0);
+                    while started.elapsed() < run {
+                        for line in c.pipeline(&batch) {
+                            let r = parse_reply(&line);
+                            assert_eq!(r.verdict, "DENY", "{line}");
+                            total += 1;
+                            from_redis += u64::from(r.source == "redis");
+                        }
+                    }
+                    (total, from_redis)
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    let total: u64 = counts.iter().map(|c| c.0).sum();
+    let from_redis: u64 = counts.iter().map(|c| c.1).sum();
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    // Each entry answers TTL_MS from its own asking: at most one refresh per TTL_MS,
+    // plus racing claimants (two lookups before the first one's mark lands); twice
+    // that is the bound. Without the refresh claim every request in flight (up to 128)
+    // went to Redis at each expiry.
+    let bound = 2 * (elapsed_ms / TTL_MS + 2);
+    eprintln!("{total} DENYs in {elapsed_ms} ms, {from_redis} from Redis (bound {bound})");
+    assert!(from_redis <= bound, "{from_redis} Redis calls > {bound}");
+    assert!(
+        total > 10 * from_redis,
+        "{total} requests, {from_redis} to Redis"
+    );
+
+    // Redis loses its state: a request decided later than TTL_MS + GRACE_MS after the
+    // flush can no longer be answered by an entry asked before it.
+    assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
+    let flushed = Instant::now();
+    let latest = Duration::from_millis(TTL_MS + GRACE_MS);
+    loop {
+        let sent = Instant::now();
+        let r = parse_reply(&c.request("CHECK big h"));
+        if r.allowed() {
+            eprintln!("admitted {:?} after the flush", sent - flushed);
+            break;
+        }
+        assert!(
+            sent - flushed <= latest,
+            "still {r:?} from a request sent {:?} after the flush",
+            sent - flushed
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
