@@ -1,6 +1,6 @@
 //! Redis refusing the daemon, as an operator meets it in production: a wrong password, a
 //! CA that did not sign the servers' certificates, an expired client or server
-//! certificate, an ACL user missing a command (`NOPERM`). Each time the daemon keeps
+//! certificate, an ACL user missing a command (`NOPERM`, or inside a script). Each time the daemon keeps
 //! answering every request per `on_redis_failure`, says the cause in one log line (not
 //! one per retry: fred retries every 100 ms), and is back in Redis within a second of
 //! the fix and a reload (SIGHUP), without a restart. A TLS-only Redis Cluster with
@@ -211,4 +211,28 @@ fn acl_user_without_evalsha() {
     refused_then_fixed_by_reload(&d, "ACL without +evalsha", "NOPERM", "evalsha", || {
         cluster.acl_setuser_everywhere(&["ratelimitd", "+evalsha"])
     });
+}
+
+/// The user may run EVALSHA but not a command inside the script (Redis 7 refuses it
+/// inside the script, "can't run this command"): every decision of that script fails
+/// alike, so it is the primary's failure, said once, not a per-key error per request.
+#[test]
+fn acl_user_without_a_command_its_script_runs() {
+    let pki = Pki::new();
+    let cluster = TlsCluster::start(&pki);
+    let files = Files::new(&pki);
+    cluster.acl_setuser_everywhere(&["ratelimitd", "-pexpire"]);
+    let d = Daemon::start(&files.config(&cluster));
+    refused_then_fixed_by_reload(
+        &d,
+        "ACL without +pexpire (inside the script)",
+        "lacks a permission",
+        "can't run this command",
+        || cluster.acl_setuser_everywhere(&["ratelimitd", "+pexpire"]),
+    );
+    assert!(
+        !d.log().contains("Redis could not decide a key"),
+        "logged as a per-key error:\n{}",
+        d.log_tail(20)
+    );
 }
