@@ -69,6 +69,21 @@ fn main() -> ExitCode {
         }
     };
     if cli.check {
+        // The files the config names must be usable too: a reload that would fail on
+        // an unreadable password file or a bad certificate fails here.
+        if config.redis.mode != ratelimitd::config::RedisMode::None {
+            match ratelimitd::store::connect::check_files(&config.redis) {
+                Ok(warnings) => {
+                    for w in warnings {
+                        eprintln!("ratelimitd: warning: {w}");
+                    }
+                }
+                Err(e) => {
+                    journal::eprint_error(&format!("ratelimitd: invalid configuration: {e}"));
+                    return ExitCode::from(2);
+                }
+            }
+        }
         let envoy = match (&config.envoy.listen, &config.envoy.limits) {
             (Some(listen), Some(l)) => format!(
                 ", envoy {listen}: {} domains, {} limits",

@@ -363,3 +363,36 @@ fn sigterm_during_start_up_exits_zero() {
     assert_eq!(status.and_then(|s| s.code()), Some(0));
     assert!(!socket.exists());
 }
+
+/// `--check` also reads the files the config names: a missing password file or CA
+/// file fails it (exit 2) naming the field and the path, as the daemon's start would.
+#[test]
+fn check_reads_the_password_and_tls_files() {
+    let dir = short_tempdir("rl-check");
+    let path = dir.path().join("rl.toml");
+    let missing = dir.path().join("no-such-file");
+    let run = |redis: &str| {
+        std::fs::write(&path, format!("[redis]\nmode = \"standalone\"\nnodes = [\"127.0.0.1:1\"]\n{redis}\n[[rule]]\nname = \"r\"\nalgorithm = \"token_bucket\"\ncapacity = 5\nrefill_rate = 1.0\n")).unwrap();
+        run_binary(
+            &["--config", path.to_str().unwrap(), "--check"],
+            Duration::from_secs(10),
+        )
+    };
+    let shown = missing.display().to_string();
+    let (code, out) = run(&format!("password_file = \"{shown}\""));
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("redis.password_file") && out.contains(&shown),
+        "{out}"
+    );
+    let (code, out) = run(&format!("tls = true\ntls_ca_file = \"{shown}\""));
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("tls_ca_file") && out.contains(&shown), "{out}");
+    // A readable password file passes (mode 0600: no warning).
+    let pw = dir.path().join("pw");
+    std::fs::write(&pw, "secret-value\n").unwrap();
+    std::fs::set_permissions(&pw, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let (code, out) = run(&format!("password_file = \"{}\"", pw.display()));
+    assert_eq!(code, Some(0), "{out}");
+    assert!(!out.contains("secret-value"), "{out}");
+}

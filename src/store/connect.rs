@@ -121,3 +121,20 @@ pub(super) fn connection_settings(conn: &mut ConnectionConfig, timeout: Duration
     // Bound what may queue in the client (a backpressure error beyond it).
     conn.max_command_buffer_len = COMMAND_BUFFER;
 }
+
+/// What `ratelimitd --check` verifies of `cfg` beyond its syntax: the password files
+/// can be read (and are not readable by everyone) and, with TLS, the CA and client
+/// certificate files load. Returns the warnings to print.
+///
+/// # Errors
+/// A message naming the field and the file that cannot be used.
+pub fn check_files(cfg: &RedisConfig) -> Result<Vec<String>, String> {
+    let warnings = match credentials(cfg) {
+        Ok(c) => c.check()?,
+        Err(e) => return Err(e.to_string()),
+    };
+    if cfg.tls {
+        super::tls::Tls::new(&tls_files(cfg))?;
+    }
+    Ok(warnings)
+}
