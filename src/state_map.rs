@@ -2,38 +2,27 @@
 //! key in memory (the local buckets): compact, allocation-free on a hit, and never
 //! holding more than its capacity.
 //!
-//! Shards of quick_cache's single-threaded cache (CLOCK-PRO eviction: a new key enters
-//! "cold" and is evicted first unless it is asked again; keys asked again become "hot"),
-//! each behind its own mutex. The state lives inline in quick_cache's slab (no node or
-//! `Arc` per key, no background maintenance), which is what makes it several times
-//! smaller and cheaper to insert into than moka (docs/PERFORMANCE.md, "Local buckets").
-//! The capacity is split exactly across the shards, so the keys held never exceed it
-//! (a shard evicts once its own share is full, possibly a little before the whole map
-//! is).
+//! Shards of our own set-associative table ([`table`]: a lookup reads one 64-byte line of
+//! keys, the value lies next to it; RRIP eviction, a 2-bit CLOCK), each behind its own
+//! mutex. A general map (quick_cache, hashbrown) costs three dependent cache misses per
+//! lookup once it outgrows the CPU caches, half the daemon's time at 10⁶ keys
+//! (docs/PERFORMANCE.md, "Local buckets"). The capacity is split exactly across the
+//! shards, so the keys held never exceed it (a shard evicts once its own share is full,
+//! possibly a little before the whole map is); each shard starts small and grows with
+//! the keys it holds.
 
-use crate::key::{KeyHash, Prehashed};
-use quick_cache::unsync::{Cache, DefaultLifecycle};
-use quick_cache::{OptionsBuilder, UnitWeighter};
+mod table;
+
+use crate::key::KeyHash;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use table::Table;
 
 /// Shards of a large map: enough that the few worker threads rarely meet on one lock.
 const SHARDS: u64 = 16;
 
-/// Items a shard reserves room for up front (beyond that it grows): reserving the whole
-/// capacity would cost an idle daemon the hash table's control bytes (1 byte per slot).
-const RESERVE_PER_SHARD: u64 = 1 << 16;
-
-/// Share of each shard kept for the hashes of recently evicted keys (CLOCK-PRO's
-/// "ghosts": a key asked again soon after its eviction comes back hot). quick_cache's
-/// default is 0.5; each ghost costs a slab slot, so a smaller share keeps the bytes per
-/// tracked key down at a small cost in hit rate under churn.
-const GHOST_ALLOCATION: f64 = 0.25;
-
-type Shard<V> = Cache<KeyHash, V, UnitWeighter, Prehashed, DefaultLifecycle<KeyHash, V>>;
-
-/// At most `capacity` values keyed by a [`KeyHash`], evicting by CLOCK-PRO.
+/// At most `capacity` values keyed by a [`KeyHash`], evicting by RRIP (a 2-bit CLOCK).
 pub struct StateMap<V> {
-    shards: Box<[Mutex<Shard<V>>]>,
+    shards: Box<[Mutex<Table<V>>]>,
     capacity: u64,
 }
 
@@ -45,29 +34,22 @@ impl<V: Clone + Default> StateMap<V> {
         let shards = (0..n)
             .map(|i| {
                 // Shard i holds ⌊capacity / n⌋, plus one for the first capacity mod n.
-                let cap = capacity / n + u64::from(i < capacity % n);
-                let options = OptionsBuilder::new()
-                    .estimated_items_capacity(cap.min(RESERVE_PER_SHARD) as usize)
-                    .weight_capacity(cap)
-                    .ghost_allocation(GHOST_ALLOCATION)
-                    .build()
-                    .expect("valid quick_cache options");
-                Mutex::new(Shard::with_options(
-                    options,
-                    UnitWeighter,
-                    Prehashed,
-                    DefaultLifecycle::default(),
-                ))
+                let share = capacity / n + u64::from(i < capacity % n);
+                Mutex::new(Table::new(usize::try_from(share).unwrap_or(usize::MAX)))
             })
             .collect();
         StateMap { shards, capacity }
     }
 
-    /// The shard of `key`: bits 40–55 of the hash, which neither the shard's table index
-    /// (low bits) nor its control bytes (top 7 bits) use.
-    fn shard(&self, key: KeyHash) -> MutexGuard<'_, Shard<V>> {
-        let i = ((key >> 40) & 0xffff) as usize % self.shards.len();
-        self.shards[i]
+    /// The shard index of `key`: bits 40–55 of the hash, which the shard's table (its
+    /// low 32 bits) does not use.
+    fn index(&self, key: KeyHash) -> usize {
+        ((key >> 40) & 0xffff) as usize % self.shards.len()
+    }
+
+    /// The shard of `key`, locked.
+    fn shard(&self, key: KeyHash) -> MutexGuard<'_, Table<V>> {
+        self.shards[self.index(key)]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
@@ -75,25 +57,17 @@ impl<V: Clone + Default> StateMap<V> {
     /// Runs `f` on the value of `key`, inserting `V::default()` first if the key is not
     /// held (which may evict another key). The entry counts as used.
     pub fn with<R>(&self, key: KeyHash, f: impl FnOnce(&mut V) -> R) -> R {
-        let mut shard = self.shard(key);
-        match shard.get_mut_or_insert_with(&key, || Ok::<_, std::convert::Infallible>(V::default()))
-        {
-            Ok(Some(mut v)) => f(&mut v),
-            // quick_cache refuses only an item heavier than the shard's capacity: never
-            // with unit weights and a capacity of at least 1. Decide on a value not kept.
-            _ => f(&mut V::default()),
-        }
+        f(self.shard(key).entry(key))
     }
 
     /// Runs `f` on the value of `key` if held (the entry counts as used).
     pub fn get_mut<R>(&self, key: KeyHash, f: impl FnOnce(&mut V) -> R) -> Option<R> {
-        let mut shard = self.shard(key);
-        shard.get_mut(&key).map(|mut v| f(&mut v))
+        self.shard(key).get_mut(key).map(f)
     }
 
     /// Stores `value` for `key` (which may evict another key).
     pub fn insert(&self, key: KeyHash, value: V) {
-        self.shard(key).insert(key, value);
+        *self.shard(key).entry(key) = value;
     }
 
     /// Values held now (exact).
@@ -161,5 +135,41 @@ mod tests {
         assert_eq!(m.len(), 1);
         assert!(!m.is_empty());
         assert_eq!(m.capacity(), 10);
+    }
+
+    proptest::proptest! {
+        /// Against a model (a `HashMap` of every value written, never evicting): a key
+        /// held has the value last written for it, a key not held was evicted (it
+        /// starts again from the default), and the keys held never exceed the capacity.
+        #[test]
+        fn agrees_with_a_model_and_holds_at_most_its_capacity(
+            cap in 1u64..80,
+            ops in proptest::collection::vec((0u8..3, 0u64..120, 0u64..1000), 1..600),
+        ) {
+            let m: StateMap<Option<u64>> = StateMap::new(cap);
+            let mut model = std::collections::HashMap::new();
+            for (op, k, v) in ops {
+                let k = key(k);
+                match op {
+                    0 => {
+                        let seen = m.with(k, |slot| slot.replace(v));
+                        proptest::prop_assert!(seen.is_none() || seen == model.get(&k).copied());
+                        model.insert(k, v);
+                    }
+                    1 => {
+                        if let Some(seen) = m.get_mut(k, |slot| *slot) {
+                            proptest::prop_assert_eq!(seen, model.get(&k).copied());
+                        }
+                    }
+                    _ => {
+                        m.insert(k, Some(v));
+                        model.insert(k, v);
+                    }
+                }
+                proptest::prop_assert!(m.len() <= cap);
+                let held = model.keys().filter(|&&k| m.get_mut(k, |_| ()).is_some()).count();
+                proptest::prop_assert_eq!(held as u64, m.len());
+            }
+        }
     }
 }

@@ -1,0 +1,371 @@
+//! One shard of [`super::StateMap`]: a set-associative table of per-key state in which
+//! finding a key costs one cache miss, not three.
+//!
+//! A general hash map keeps its control bytes, its index and its entries apart
+//! (hashbrown's control group, then quick_cache's slab index, then the slab entry for
+//! the key compare): three dependent cache misses per lookup once the map outgrows the
+//! CPU caches, which was half the daemon's time with 10⁶ keys held
+//! (docs/PERFORMANCE.md, "Local buckets"). Here a key's home bucket is one aligned block:
+//! the keys and their metadata in its first 64-byte line, the values in the lines right
+//! after it, so the key compare reads one line and the value is next to it.
+//!
+//! The design is that of a CPU cache, bucketized:
+//! - **Buckets of [`WAYS`] slots**, the home bucket from the low 32 bits of the key
+//!   (already a well-mixed hash) by multiply-shift (Lemire, "Fast random integer
+//!   generation in an interval", 2019), so the table need not be a power of two. A key
+//!   whose home bucket is full takes a free slot in one of the next [`PROBE_LIMIT`]
+//!   buckets (bucketized linear probing); the home bucket records how far its keys went,
+//!   so a lookup reads exactly those buckets (usually one).
+//! - **Eviction by RRIP** (re-reference interval prediction: Jaleel, Theobald, Steely,
+//!   Emer, "High Performance Cache Replacement Using Re-Reference Interval Prediction",
+//!   ISCA 2010), a 2-bit CLOCK: a slot's value 0 means used recently, 3 means evict
+//!   first; a use sets 0, a new key enters at 2 (so a flood of keys used once evicts
+//!   itself before the keys used again), and aging adds one. A new key whose home bucket
+//!   is full evicts within it; a new key when the table holds its whole share evicts
+//!   the first slot at 3 under a hand sweeping the table (aging what it passes), so
+//!   buckets keep their room to vary.
+//! - **Growth**: the table starts small and doubles (rehashing) when it passes
+//!   [`LOAD`] or when a key finds no free slot within reach, up to the size where its
+//!   share fills it to [`LOAD`]; only there does a full bucket evict below the share.
+
+use std::mem;
+
+/// Slots per bucket: 6 keys (48 bytes) and their metadata fill the bucket's first
+/// 64-byte line; with a 32-byte value (a local bucket's state) the values fill the next
+/// three lines, a 256-byte bucket with no padding.
+pub const WAYS: usize = 6;
+
+/// Buckets after its home bucket in which a key may be placed (so a lookup reads at
+/// most `1 + PROBE_LIMIT` buckets; at [`LOAD`] almost always 1 or 2).
+pub const PROBE_LIMIT: usize = 8;
+
+/// Highest fill of a table (keys ÷ slots) as a fraction: past it the table doubles,
+/// and the largest table is the one its share fills to it. 4/5 keeps the bytes per key
+/// near `256 ÷ 6 ÷ 0.8 ≈ 53` while buckets rarely overflow.
+pub const LOAD: (usize, usize) = (4, 5);
+
+/// Buckets of a new table (per shard: 16 shards × 4 × 256 bytes = 16 kB for an idle map).
+const INITIAL_BUCKETS: usize = 4;
+
+/// Metadata bit: the slot holds a key (a key hash may be any `u64`, 0 included).
+const OCCUPIED: u8 = 0x80;
+/// Metadata bits: the slot's RRIP value, 0 (used recently) to 3 (evict first).
+const RRPV: u8 = 0x03;
+/// RRIP value of a new key (SRRIP's "long re-reference interval").
+const RRPV_NEW: u8 = 2;
+
+/// One bucket: keys and metadata in the first 64-byte line, the values after. Aligned to
+/// 128 bytes so that the line pair the CPU's spatial prefetcher fetches together holds
+/// the keys and the first values.
+#[repr(C, align(128))]
+struct Bucket<V> {
+    keys: [u64; WAYS],
+    /// Per slot: [`OCCUPIED`] and the RRIP value.
+    meta: [u8; WAYS],
+    /// How many buckets after this one hold keys whose home is this one (0: none).
+    probe: u8,
+    _pad: [u8; 64 - 8 * WAYS - WAYS - 1],
+    /// A free slot's value is `V::default()`, so a new key starts from it.
+    values: [V; WAYS],
+}
+
+impl<V: Default> Bucket<V> {
+    fn new() -> Self {
+        Bucket {
+            keys: [0; WAYS],
+            meta: [0; WAYS],
+            probe: 0,
+            _pad: [0; 64 - 8 * WAYS - WAYS - 1],
+            values: std::array::from_fn(|_| V::default()),
+        }
+    }
+
+    /// The slot holding `key`.
+    fn find(&self, key: u64) -> Option<usize> {
+        (0..WAYS).find(|&w| self.keys[w] == key && self.meta[w] & OCCUPIED != 0)
+    }
+
+    /// A free slot.
+    fn free(&self) -> Option<usize> {
+        (0..WAYS).find(|&w| self.meta[w] & OCCUPIED == 0)
+    }
+
+    /// The RRIP victim among the occupied slots (`None` if none): the first at the
+    /// highest value, after aging them all by what brings that value to 3.
+    fn victim(&mut self) -> Option<usize> {
+        let mut best: Option<usize> = None;
+        for w in 0..WAYS {
+            if self.meta[w] & OCCUPIED != 0
+                && best.is_none_or(|b| self.meta[w] & RRPV > self.meta[b] & RRPV)
+            {
+                best = Some(w);
+            }
+        }
+        let b = best?;
+        let age = RRPV - (self.meta[b] & RRPV);
+        for m in &mut self.meta {
+            if *m & OCCUPIED != 0 {
+                *m += age;
+            }
+        }
+        Some(b)
+    }
+}
+
+/// A bounded table of at most `share` values keyed by a 64-bit hash.
+pub struct Table<V> {
+    buckets: Box<[Bucket<V>]>,
+    /// Values held.
+    len: usize,
+    /// The most values held at once.
+    share: usize,
+    /// The largest table: `share` fills it to [`LOAD`].
+    max_buckets: usize,
+    /// The eviction hand: the next slot (bucket × WAYS + way) it looks at.
+    hand: usize,
+}
+
+impl<V: Default> Table<V> {
+    /// An empty table for at most `share` (≥ 1) values, small until it fills.
+    pub fn new(share: usize) -> Self {
+        let share = share.max(1);
+        let max_buckets = (share * LOAD.1).div_ceil(LOAD.0 * WAYS).max(1);
+        Table {
+            buckets: new_buckets(INITIAL_BUCKETS.min(max_buckets)),
+            len: 0,
+            share,
+            max_buckets,
+            hand: 0,
+        }
+    }
+
+    /// Values held now.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Slots allocated now (for tests and sizing).
+    pub fn slots(&self) -> usize {
+        self.buckets.len() * WAYS
+    }
+
+    /// The value of `key` if held, marked as used.
+    pub fn get_mut(&mut self, key: u64) -> Option<&mut V> {
+        let (b, w) = self.find(key)?;
+        let bucket = &mut self.buckets[b];
+        bucket.meta[w] = OCCUPIED;
+        Some(&mut bucket.values[w])
+    }
+
+    /// The value of `key`, `V::default()` inserted first if not held (which may evict
+    /// another key); marked as used.
+    pub fn entry(&mut self, key: u64) -> &mut V {
+        let (b, w) = match self.find(key) {
+            Some((b, w)) => {
+                self.buckets[b].meta[w] = OCCUPIED;
+                (b, w)
+            }
+            None => self.insert_new(key),
+        };
+        &mut self.buckets[b].values[w]
+    }
+
+    /// The bucket and slot of `key`.
+    fn find(&self, key: u64) -> Option<(usize, usize)> {
+        let n = self.buckets.len();
+        let h = home(key, n);
+        let probe = usize::from(self.buckets[h].probe);
+        (0..=probe).find_map(|j| {
+            let b = wrap(h + j, n);
+            self.buckets[b].find(key).map(|w| (b, w))
+        })
+    }
+
+    /// Places `key` (not held), evicting or growing first as needed; its slot.
+    fn insert_new(&mut self, key: u64) -> (usize, usize) {
+        loop {
+            let n = self.buckets.len();
+            let h = home(key, n);
+            if self.len >= self.share {
+                // The whole share is held: one key goes before one comes in.
+                let w = match self.buckets[h].free() {
+                    Some(w) => {
+                        self.evict_by_hand();
+                        w
+                    }
+                    None => self.evict_in(h),
+                };
+                return self.place(h, w, h, key);
+            }
+            let can_grow = n < self.max_buckets;
+            if can_grow && (self.len + 1) * LOAD.1 > n * WAYS * LOAD.0 {
+                self.grow();
+                continue;
+            }
+            if let Some((b, w)) = free_near(&self.buckets, h) {
+                return self.place(b, w, h, key);
+            }
+            if can_grow {
+                self.grow();
+                continue;
+            }
+            // The largest table, and no room within reach: evict in the home bucket.
+            let w = self.evict_in(h);
+            return self.place(h, w, h, key);
+        }
+    }
+
+    /// Stores `key` in the free slot `w` of bucket `b` (its home bucket being `h`).
+    fn place(&mut self, b: usize, w: usize, h: usize, key: u64) -> (usize, usize) {
+        let n = self.buckets.len();
+        let distance = if b >= h { b - h } else { b + n - h };
+        let home = &mut self.buckets[h];
+        home.probe = home.probe.max(distance as u8);
+        let bucket = &mut self.buckets[b];
+        bucket.keys[w] = key;
+        bucket.meta[w] = OCCUPIED | RRPV_NEW;
+        self.len += 1;
+        (b, w)
+    }
+
+    /// Frees slot `w` of bucket `b` (its value dropped, the slot back to default).
+    fn clear(&mut self, b: usize, w: usize) {
+        let bucket = &mut self.buckets[b];
+        bucket.meta[w] = 0;
+        drop(mem::take(&mut bucket.values[w]));
+        self.len -= 1;
+    }
+
+    /// Evicts the RRIP victim of full bucket `b`; the slot freed.
+    fn evict_in(&mut self, b: usize) -> usize {
+        let w = self.buckets[b].victim().unwrap_or(0);
+        if self.buckets[b].meta[w] & OCCUPIED != 0 {
+            self.clear(b, w);
+        }
+        w
+    }
+
+    /// Evicts the first slot at RRIP value 3 under the hand, aging the slots it passes
+    /// (a CLOCK sweep: each key is looked at at most four times per eviction cycle).
+    fn evict_by_hand(&mut self) {
+        if self.len == 0 {
+            return;
+        }
+        let slots = self.slots();
+        loop {
+            let (b, w) = (self.hand / WAYS, self.hand % WAYS);
+            self.hand = wrap(self.hand + 1, slots);
+            let m = &mut self.buckets[b].meta[w];
+            if *m & OCCUPIED == 0 {
+                continue;
+            }
+            if *m & RRPV == RRPV {
+                self.clear(b, w);
+                return;
+            }
+            *m += 1;
+        }
+    }
+
+    /// Doubles the table (at most to `max_buckets`), rehashing every key with its value
+    /// and RRIP value.
+    fn grow(&mut self) {
+        let n = (self.buckets.len() * 2).min(self.max_buckets);
+        let old = mem::replace(&mut self.buckets, new_buckets(n));
+        self.len = 0;
+        self.hand = 0;
+        for mut bucket in old.into_vec() {
+            for w in 0..WAYS {
+                if bucket.meta[w] & OCCUPIED == 0 {
+                    continue;
+                }
+                let key = bucket.keys[w];
+                let h = home(key, n);
+                // Half full at most after doubling: a slot within reach is all but
+                // certain; a key that finds none is dropped (evicted).
+                if let Some((b, slot)) = free_near(&self.buckets, h) {
+                    self.place(b, slot, h, key);
+                    self.buckets[b].meta[slot] = bucket.meta[w];
+                    self.buckets[b].values[slot] = mem::take(&mut bucket.values[w]);
+                }
+            }
+        }
+    }
+}
+
+/// `n` empty buckets.
+fn new_buckets<V: Default>(n: usize) -> Box<[Bucket<V>]> {
+    (0..n).map(|_| Bucket::new()).collect()
+}
+
+/// The home bucket of `key` among `n`: multiply-shift of its low 32 bits.
+fn home(key: u64, n: usize) -> usize {
+    ((u64::from(key as u32) * n as u64) >> 32) as usize
+}
+
+/// `i` for `i < 2n`, taken mod `n`.
+fn wrap(i: usize, n: usize) -> usize {
+    if i >= n {
+        i - n
+    } else {
+        i
+    }
+}
+
+/// The first free slot in bucket `h` or one of the [`PROBE_LIMIT`] after it.
+fn free_near<V: Default>(buckets: &[Bucket<V>], h: usize) -> Option<(usize, usize)> {
+    let n = buckets.len();
+    (0..=PROBE_LIMIT.min(n - 1)).find_map(|j| {
+        let b = wrap(h + j, n);
+        buckets[b].free().map(|w| (b, w))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: u64) -> u64 {
+        use std::hash::BuildHasher;
+        foldhash::fast::FixedState::with_seed(3).hash_one(i)
+    }
+
+    #[test]
+    fn a_bucket_is_one_line_of_keys_then_the_values() {
+        assert_eq!(mem::size_of::<Bucket<[u64; 4]>>(), 256);
+        assert_eq!(mem::offset_of!(Bucket<[u64; 4]>, values), 64);
+    }
+
+    #[test]
+    fn a_share_of_distinct_keys_is_held_whole_then_evicts_one_for_one() {
+        for share in [1, 2, 7, 100, 4099, 62_500] {
+            let mut t: Table<u64> = Table::new(share);
+            assert!(t.slots() <= INITIAL_BUCKETS * WAYS, "starts small");
+            for i in 0..share as u64 {
+                *t.entry(key(i)) = i;
+            }
+            assert_eq!(t.len(), share, "share {share}: evicted before full");
+            // No larger than the table its share fills to LOAD.
+            assert!(
+                t.slots() * LOAD.0 < share * LOAD.1 + WAYS * LOAD.0,
+                "share {share}"
+            );
+            for i in 0..share as u64 {
+                assert_eq!(t.get_mut(key(i)).copied(), Some(i), "share {share}");
+            }
+            for i in share as u64..3 * share as u64 {
+                *t.entry(key(i)) = i;
+                assert_eq!(t.len(), share);
+            }
+        }
+    }
+
+    #[test]
+    fn key_zero_is_a_key_like_any_other() {
+        let mut t: Table<u64> = Table::new(10);
+        assert_eq!(t.get_mut(0), None);
+        *t.entry(0) = 5;
+        assert_eq!(t.get_mut(0).copied(), Some(5));
+        assert_eq!(t.len(), 1);
+    }
+}
