@@ -11,7 +11,7 @@
 //! `map` measures the candidates for the local buckets with a 32-byte value (the size of
 //! a local state), key = a 64-bit hash, the same fill-then-churn run: `moka` (TinyLFU),
 //! `moka_lru`, `quick_cache` (its own sharded `sync::Cache`, a copy out per read),
-//! `state_map` (ours: shards of quick_cache's `unsync::Cache`, updated in place) and
+//! `state_map` (ours: 16 shards of a set-associative table, updated in place) and
 //! `std_sharded` (16 `Mutex<std HashMap>`, i.e. hashbrown: no eviction at all, the floor
 //! of what a hash map costs; its churn phase just grows it).
 //!

@@ -49,9 +49,9 @@ pub struct LocalBuckets {
 }
 
 impl LocalBuckets {
-    /// Room for `max_keys` buckets; beyond that the least useful is evicted (CLOCK-PRO:
-    /// a key not asked again since it came in goes first; an evicted key starts again
-    /// full).
+    /// Room for `max_keys` buckets; beyond that the least useful is evicted (RRIP, a
+    /// 2-bit CLOCK: a key not asked again recently goes first, a key asked only once
+    /// before a key asked again; an evicted key starts again full).
     pub fn new(max_keys: u64) -> Self {
         LocalBuckets {
             buckets: StateMap::new(max_keys),
