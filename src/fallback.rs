@@ -128,6 +128,12 @@ impl LocalBuckets {
         });
     }
 
+    /// Starts loading the local state of `key` into the CPU cache (a hint, before the
+    /// batch of requests that will decide it: [`StateMap::prefetch`]).
+    pub fn prefetch(&self, key: KeyHash) {
+        self.buckets.prefetch(key);
+    }
+
     /// Keys currently held (exact; locks each shard in turn: for logs and metrics, not
     /// the hot path).
     pub fn len(&self) -> u64 {

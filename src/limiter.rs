@@ -220,6 +220,23 @@ impl Limiter {
         (self.cache.len(), self.local.len())
     }
 
+    /// Starts loading the local bucket that `CHECK rule key` would decide, when this
+    /// daemon decides locally (`redis.mode = "none"`); the connection calls it for each
+    /// line of a read before deciding them, so their memory loads overlap. A hint only.
+    pub fn prefetch_local(&self, rule: &[u8], key: &[u8]) {
+        if self.redis.is_some() {
+            return;
+        }
+        let rules = self.rules.load();
+        let Some(entry) = std::str::from_utf8(rule).ok().and_then(|r| rules.get(r)) else {
+            return;
+        };
+        let mut buf = [0u8; TAG_MAX];
+        if let Some(tag) = tag_in(&mut buf, &entry.rule.name, key) {
+            self.local.prefetch(self.keys.of(tag));
+        }
+    }
+
     /// Decides `CHECK rule key cost` for `peer` (key and cost already valid per the
     /// protocol); local decisions and cache hits take the time from `clock`.
     pub fn check(

@@ -149,6 +149,12 @@ impl<V: Default> Table<V> {
         self.buckets.len() * WAYS
     }
 
+    /// Where the buckets lie now and how many there are, for [`prefetch`] (the address
+    /// changes only when the table grows).
+    pub fn place_of_buckets(&self) -> (*const u8, usize) {
+        (self.buckets.as_ptr().cast(), self.buckets.len())
+    }
+
     /// The value of `key` if held, marked as used.
     pub fn get_mut(&mut self, key: u64) -> Option<&mut V> {
         let (b, w) = self.find(key)?;
@@ -291,6 +297,28 @@ impl<V: Default> Table<V> {
             }
         }
     }
+}
+
+/// Asks the CPU to start loading the first two lines (keys, then the first values) of
+/// `key`'s home bucket in a table whose buckets lie at `base`, `n` of them, as
+/// [`Table::place_of_buckets`] reported; a no-op but on x86-64. The address is never
+/// dereferenced: a stale `base` (the table grew since) only prefetches a useless line.
+pub fn prefetch<V>(base: *const u8, n: usize, key: u64) {
+    if n == 0 {
+        return;
+    }
+    let at = base.wrapping_add(home(key, n) * mem::size_of::<Bucket<V>>());
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch is a hint; it never faults, whatever the address.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(at.cast());
+            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(64).cast());
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
 }
 
 /// `n` empty buckets.
