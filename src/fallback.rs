@@ -134,6 +134,11 @@ impl LocalBuckets {
         self.buckets.prefetch(key);
     }
 
+    /// Whether the map has outgrown the CPU caches ([`StateMap::outgrew_caches`]).
+    pub fn outgrew_caches(&self) -> bool {
+        self.buckets.outgrew_caches()
+    }
+
     /// Keys currently held (exact; locks each shard in turn: for logs and metrics, not
     /// the hot path).
     pub fn len(&self) -> u64 {

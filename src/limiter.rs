@@ -222,19 +222,25 @@ impl Limiter {
 
     /// Starts loading the local bucket that `CHECK rule key` would decide, when this
     /// daemon decides locally (`redis.mode = "none"`); the connection calls it for each
-    /// line of a read before deciding them, so their memory loads overlap. A hint only.
+    /// line of a read before deciding them, so their memory loads overlap. A hint only:
+    /// the rule is not looked up (a rule's tag uses the name as the client sends it, and
+    /// an unknown rule just prefetches a line for nothing).
     pub fn prefetch_local(&self, rule: &[u8], key: &[u8]) {
         if self.redis.is_some() {
             return;
         }
-        let rules = self.rules.load();
-        let Some(entry) = std::str::from_utf8(rule).ok().and_then(|r| rules.get(r)) else {
-            return;
-        };
         let mut buf = [0u8; TAG_MAX];
-        if let Some(tag) = tag_in(&mut buf, &entry.rule.name, key) {
-            self.local.prefetch(self.keys.of(tag));
+        if let Ok(rule) = std::str::from_utf8(rule) {
+            if let Some(tag) = tag_in(&mut buf, rule, key) {
+                self.local.prefetch(self.keys.of(tag));
+            }
         }
+    }
+
+    /// Whether [`Limiter::prefetch_local`] is worth a walk over the lines: decisions
+    /// are local and the local buckets have outgrown the CPU caches.
+    pub fn prefetches(&self) -> bool {
+        self.redis.is_none() && self.local.outgrew_caches()
     }
 
     /// Decides `CHECK rule key cost` for `peer` (key and cost already valid per the

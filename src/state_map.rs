@@ -14,17 +14,24 @@
 mod table;
 
 use crate::key::KeyHash;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use table::Table;
 
 /// Shards of a large map: enough that the few worker threads rarely meet on one lock.
 const SHARDS: u64 = 16;
 
+/// A shard's table past this size (bytes) no longer fits in a core's L2 cache (1–2 MB
+/// on current x86-64 servers, shared with everything else the daemon touches): from
+/// then on a lookup waits on memory and [`StateMap::prefetch`] pays for itself.
+const CACHED_SHARD_BYTES: usize = 256 << 10;
+
 /// At most `capacity` values keyed by a [`KeyHash`], evicting by RRIP (a 2-bit CLOCK).
 pub struct StateMap<V> {
     shards: Box<[Shard<V>]>,
     capacity: u64,
+    /// Some shard's table has grown past [`CACHED_SHARD_BYTES`] (never reset).
+    large: AtomicBool,
 }
 
 /// One shard: its table, and where the table's buckets lie, readable without the lock
@@ -46,12 +53,16 @@ impl<V: Default> Shard<V> {
         }
     }
 
-    /// Publishes where `table` (this shard's, locked) keeps its buckets, if it moved.
-    fn publish(&self, table: &Table<V>) {
+    /// Publishes where `table` (this shard's, locked) keeps its buckets, if it moved;
+    /// sets `large` once the table is past [`CACHED_SHARD_BYTES`].
+    fn publish(&self, table: &Table<V>, large: &AtomicBool) {
         let (base, n) = table.place_of_buckets();
         if self.buckets.load(Ordering::Relaxed) != n {
             self.base.store(base.cast_mut(), Ordering::Relaxed);
             self.buckets.store(n, Ordering::Relaxed);
+            if table.bytes() > CACHED_SHARD_BYTES {
+                large.store(true, Ordering::Relaxed);
+            }
         }
     }
 }
@@ -68,7 +79,11 @@ impl<V: Clone + Default> StateMap<V> {
                 Shard::new(usize::try_from(share).unwrap_or(usize::MAX))
             })
             .collect();
-        StateMap { shards, capacity }
+        StateMap {
+            shards,
+            capacity,
+            large: AtomicBool::new(false),
+        }
     }
 
     /// The shard index of `key`: bits 40–55 of the hash, which the shard's table (its
@@ -91,7 +106,7 @@ impl<V: Clone + Default> StateMap<V> {
         let shard = &self.shards[self.index(key)];
         let mut table = shard.table.lock().unwrap_or_else(PoisonError::into_inner);
         let r = f(table.entry(key));
-        shard.publish(&table);
+        shard.publish(&table, &self.large);
         r
     }
 
@@ -115,7 +130,13 @@ impl<V: Clone + Default> StateMap<V> {
         let shard = &self.shards[self.index(key)];
         let mut table = shard.table.lock().unwrap_or_else(PoisonError::into_inner);
         *table.entry(key) = value;
-        shard.publish(&table);
+        shard.publish(&table, &self.large);
+    }
+
+    /// Whether a shard's table has outgrown a core's L2 cache, so that a lookup waits on
+    /// memory unless prefetched.
+    pub fn outgrew_caches(&self) -> bool {
+        self.large.load(Ordering::Relaxed)
     }
 
     /// Values held now (exact).
@@ -185,6 +206,20 @@ mod tests {
         assert_eq!(m.len(), 1);
         assert!(!m.is_empty());
         assert_eq!(m.capacity(), 10);
+    }
+
+    #[test]
+    fn a_map_says_when_it_outgrew_the_caches() {
+        let m: StateMap<[u64; 4]> = StateMap::new(1_000_000);
+        assert!(!m.outgrew_caches(), "an empty map is small");
+        for i in 0..20_000 {
+            m.with(key(i), |v| v[0] = i);
+        }
+        assert!(!m.outgrew_caches(), "20,000 keys fit in 16 × 256 kB");
+        for i in 0..200_000 {
+            m.with(key(i), |v| v[0] = i);
+        }
+        assert!(m.outgrew_caches());
     }
 
     proptest::proptest! {

@@ -19,7 +19,7 @@ use super::ConnectionLimits;
 use crate::admission::Peer;
 use crate::clock::BatchClock;
 use crate::limiter::Limiter;
-use crate::protocol::{ErrorCode, Found, LineDecoder, ProtoError, Reply, Request};
+use crate::protocol::{ErrorCode, Found, LineDecoder, ProtoError, Reply};
 use bytes::BytesMut;
 use futures::stream::{FuturesOrdered, StreamExt};
 use futures::FutureExt;
@@ -39,9 +39,6 @@ pub const MAX_WRITE_BATCH: usize = 64 * 1024;
 /// pipelining without pause must not keep the runtime's thread (and the I/O driver that
 /// wakes every other connection) to itself.
 pub const LINES_PER_TURN: usize = 32;
-
-/// Whether the lines of a read are walked once for a prefetch before being decided.
-const PREFETCH: bool = true;
 
 /// Writes all of `buf`, giving up (`TimedOut`) if the client has not taken it all within
 /// `limit` (a client that stopped reading its replies).
@@ -76,10 +73,18 @@ fn prefetch(limiter: &Limiter, buf: &[u8], from: usize) -> usize {
         else {
             break;
         };
-        let line = &buf[at..at + end];
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if let Ok(Request::Check { rule, key, .. }) = crate::protocol::parse(line) {
-            limiter.prefetch_local(rule, key);
+        // Only the verb, rule and key, split as `protocol::parse` splits them (the line
+        // is validated when it is decided).
+        let mut fields = buf[at..at + end]
+            .split(|&b| b == b' ' || b == b'\t' || b == b'\r')
+            .filter(|field| !field.is_empty());
+        if fields
+            .next()
+            .is_some_and(|verb| verb.eq_ignore_ascii_case(b"CHECK"))
+        {
+            if let (Some(rule), Some(key)) = (fields.next(), fields.next()) {
+                limiter.prefetch_local(rule, key);
+            }
         }
         at += end + 1;
     }
@@ -126,7 +131,7 @@ pub async fn serve(
         // decided at one instant (one clock read).
         let mut clock = BatchClock::default();
         let mut at_bound = false;
-        if PREFETCH {
+        if limiter.prefetches() {
             prefetched = prefetch(&limiter, &rbuf, prefetched.max(used));
         }
         while !quit {

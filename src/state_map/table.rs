@@ -144,6 +144,11 @@ impl<V: Default> Table<V> {
         self.len
     }
 
+    /// Bytes of the buckets allocated now.
+    pub fn bytes(&self) -> usize {
+        mem::size_of_val(&*self.buckets)
+    }
+
     /// Slots allocated now (for tests and sizing).
     pub fn slots(&self) -> usize {
         self.buckets.len() * WAYS
