@@ -24,8 +24,7 @@ if s[1] and s[2] then
     now = st_start
   end
 end
--- math.fmod is C fmod: exact, as Rust's %.
-local start = now - math.fmod(now, window)
+local start = window_start(now, window)
 local count = 0
 if st_start == start then
   count = st_count
@@ -41,15 +40,7 @@ local reset = 0
 if count > 0 then
   reset = to_end
 end
-local ttl, x = expiry(reset)
-if write then
-  redis.call('HSET', KEYS[1], 'w', string.format('%.0f', start), 'c', string.format('%.0f', count),
-    'x', string.format('%.0f', x))
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
-elseif outlives(st_x, reset, x) then
-  redis.call('HSET', KEYS[1], 'x', string.format('%.0f', x))
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
-end
+store(write, st_x, reset, 'w', start, 'c', count)
 local wait = 0
 if not allowed then
   if cost > limit then

@@ -63,13 +63,5 @@ if not allowed then
   end
 end
 
-local ttl, x = expiry(reset)
-if allowed and cost > 0 then
-  redis.call('HSET', KEYS[1], 'l', string.format('%.0f', level), 'ts', string.format('%.0f', now),
-    'x', string.format('%.0f', x))
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
-elseif outlives(st_x, reset, x) then
-  redis.call('HSET', KEYS[1], 'x', string.format('%.0f', x))
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
-end
+store(allowed and cost > 0, st_x, reset, 'l', level, 'ts', now)
 return {allowed and 1 or 0, math.max(math.floor((cap - level) / 1000000), 0), reset, wait}

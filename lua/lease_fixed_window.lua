@@ -24,17 +24,13 @@ if st_start and st_count then
 else
   st_start, st_count = nil, nil
 end
-local start = now - math.fmod(now, window)
+local start = window_start(now, window)
 local count = 0
 if st_start == start then
   count = st_count
 end
-local back = settle_leases(KEYS[1], leases, now)
-local returned = back > 0
-if st_start ~= start then
-  back = 0
-end
-count = math.max(count - back, 0)
+local returned
+count, returned = give_back(leases, count, st_start, start)
 
 local allowed = count + cost <= limit
 if allowed then
@@ -42,14 +38,9 @@ if allowed then
 end
 local to_end = start + window - now
 local life = math.min(lifetime, to_end)
-local granted = 0
-local grant = 0
-if life >= 1000 then
-  granted = grant_size(math.max(limit - count, 0), 1, leases)
-end
+local granted, grant = window_lease(math.max(limit - count, 0), leases, life, st_n)
 if granted > 0 then
   count = count + granted
-  grant = record_lease(KEYS[1], granted, now + life, st_n)
 end
 local reset = 0
 if count > 0 then
@@ -58,15 +49,8 @@ end
 -- Written when the count changed; otherwise, as the plain script, only to lengthen the
 -- key's life. A key without leases is decided and stored exactly as fixed_window.lua
 -- does (tests/twins.rs).
-local ttl, x = expiry(reset)
-if (allowed and cost > 0) or granted > 0 or returned then
-  redis.call('HSET', KEYS[1], 'w', string.format('%.0f', start), 'c', string.format('%.0f', count),
-    'x', string.format('%.0f', x))
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
-elseif outlives(tonumber(fields.x), reset, x) then
-  redis.call('HSET', KEYS[1], 'x', string.format('%.0f', x))
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
-end
+store((allowed and cost > 0) or granted > 0 or returned, tonumber(fields.x), reset,
+  'w', start, 'c', count)
 local wait = 0
 if not allowed then
   if cost > limit then

@@ -26,42 +26,21 @@ if st_start and st_current and st_previous then
 else
   st_start, st_current, st_previous = nil, nil, nil
 end
-local function roll(start)
-  if st_start == nil then
-    return 0, 0
-  elseif st_start == start then
-    return st_current, st_previous
-  elseif st_start + window == start then
-    return 0, st_current
-  end
-  return 0, 0
-end
-local function estimate(c, p, elapsed)
-  return p * ((window - elapsed) / window) + c
-end
-local start = now - math.fmod(now, window)
-local current, previous = roll(start)
-local back = settle_leases(KEYS[1], leases, now)
-local returned = back > 0
-if st_start ~= start then
-  back = 0
-end
-current = math.max(current - back, 0)
+local start = window_start(now, window)
+local current, previous = roll(st_start, st_current, st_previous, window, start)
+local returned
+current, returned = give_back(leases, current, st_start, start)
 local elapsed = now - start
-local allowed = estimate(current, previous, elapsed) + cost <= limit
+local allowed = estimate(current, previous, elapsed, window) + cost <= limit
 if allowed then
   current = current + cost
 end
 local to_end = start + window - now
 local life = math.min(lifetime, to_end)
-local granted = 0
-local grant = 0
-if life >= 1000 then
-  granted = grant_size(math.max(math.floor(limit - estimate(current, previous, elapsed)), 0), 1, leases)
-end
+local avail = math.max(math.floor(limit - estimate(current, previous, elapsed, window)), 0)
+local granted, grant = window_lease(avail, leases, life, st_n)
 if granted > 0 then
   current = current + granted
-  grant = record_lease(KEYS[1], granted, now + life, st_n)
 end
 local reset = 0
 if current > 0 then
@@ -72,40 +51,16 @@ end
 -- Written when the counts changed; otherwise, as the plain script, only to lengthen
 -- the key's life. A key without leases is decided and stored exactly as
 -- sliding_window_counter.lua does (tests/twins.rs).
-local ttl, x = expiry(reset)
-if (allowed and cost > 0) or granted > 0 or returned then
-  redis.call('HSET', KEYS[1], 'w', string.format('%.0f', start), 'c', string.format('%.0f', current),
-    'p', string.format('%.0f', previous), 'x', string.format('%.0f', x))
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
-elseif outlives(tonumber(fields.x), reset, x) then
-  redis.call('HSET', KEYS[1], 'x', string.format('%.0f', x))
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
-end
+store((allowed and cost > 0) or granted > 0 or returned, tonumber(fields.x), reset,
+  'w', start, 'c', current, 'p', previous)
 local wait = 0
 if not allowed then
   if cost > limit then
     wait = math.max(reset, 1)
   else
-    -- As sliding_window_counter.lua: solved from the weighting, checked by settle().
-    st_start, st_current, st_previous = start, current, previous
-    local function estimate_at(t)
-      if t < st_start then
-        t = st_start
-      end
-      local s0 = t - math.fmod(t, window)
-      local c, p = roll(s0)
-      return estimate(c, p, t - s0)
-    end
-    local when
-    if current + cost <= limit then
-      when = start + window - window * ((limit - cost - current) / previous)
-    else
-      when = start + 2 * window - window * ((limit - cost) / current)
-    end
-    wait = settle(ceil_ms(when - now), 1, function(k)
-      return estimate_at(now + k * 1000) + cost <= limit
-    end)
+    -- As sliding_window_counter.lua, from the counts after the grant.
+    wait = counter_wait(limit, window, cost, start, current, previous)
   end
 end
-return {allowed and 1 or 0, math.max(math.floor(limit - estimate(current, previous, elapsed)), 0),
+return {allowed and 1 or 0, math.max(math.floor(limit - estimate(current, previous, elapsed, window)), 0),
   reset, wait, granted, granted > 0 and life or 0, grant}

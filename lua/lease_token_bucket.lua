@@ -100,14 +100,6 @@ local keep = reset
 if out > 0 then
   keep = math.max(keep, ceil_ms(latest - now) + ceil_ms((cap - tokens) / rate))
 end
-local ttl, x = expiry(keep)
-if write then
-  redis.call('HSET', KEYS[1], 't', string.format('%.0f', tokens), 'ts', string.format('%.0f', now),
-    'x', string.format('%.0f', x))
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
-elseif outlives(tonumber(fields.x), keep, x) then
-  redis.call('HSET', KEYS[1], 'x', string.format('%.0f', x))
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
-end
+store(write, tonumber(fields.x), keep, 't', tokens, 'ts', now)
 return {allowed and 1 or 0, math.floor(tokens / 1000000), reset, wait,
   math.floor(granted / 1000000), granted > 0 and lifetime or 0, grant}

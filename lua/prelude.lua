@@ -85,3 +85,69 @@ end
 local function outlives(stored, reset_ms, x)
   return reset_ms > 0 and (stored == nil or x > stored + 1000000)
 end
+
+-- Stores a state kept in the hash KEYS[1] that is fully unused `reset_ms` after `now`.
+-- When `write`: its fields, the pairs (a, va), (b, vb) and, if given, (c, vc), numbers,
+-- with the expiry. Otherwise only the expiry, when the rule in force needs the state
+-- longer than the one stored with it (`stored`, see outlives()). Either write sets the
+-- key's TTL. Numbers are formatted with %.0f: Redis would print large ones as 1e+17,
+-- which HSET would store inexactly and PEXPIRE would reject.
+local function store(write, stored, reset_ms, a, va, b, vb, c, vc)
+  local ttl, x = expiry(reset_ms)
+  if write then
+    if c then
+      redis.call('HSET', KEYS[1], a, string.format('%.0f', va), b, string.format('%.0f', vb),
+        c, string.format('%.0f', vc), 'x', string.format('%.0f', x))
+    else
+      redis.call('HSET', KEYS[1], a, string.format('%.0f', va), b, string.format('%.0f', vb),
+        'x', string.format('%.0f', x))
+    end
+  elseif outlives(stored, reset_ms, x) then
+    redis.call('HSET', KEYS[1], 'x', string.format('%.0f', x))
+  else
+    return
+  end
+  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
+end
+
+-- The start of the window holding `t` (µs): windows are aligned to the Unix epoch.
+-- math.fmod is C fmod: exact, as Rust's %.
+local function window_start(t, window)
+  return t - math.fmod(t, window)
+end
+
+-- Sliding window counter (sliding_window_counter.lua and its lease twin). The counts
+-- (current, previous) seen from the window starting at `start` of a state whose window
+-- started at `w` (nil: no state) with `c` units in it and `p` in the one before.
+local function roll(w, c, p, window, start)
+  if w == start then
+    return c, p
+  elseif w ~= nil and w + window == start then
+    return 0, c
+  end
+  return 0, 0
+end
+
+-- Cloudflare's weighted estimate `elapsed` µs into the current window:
+-- p × ((window − elapsed) ÷ window) + c.
+local function estimate(c, p, elapsed, window)
+  return p * ((window - elapsed) / window) + c
+end
+
+-- The wait_ms of a DENY of `cost` (≤ limit) after `now`, the window starting at `start`
+-- holding `current` units and the one before `previous`: solved from the weighting,
+-- checked by settle() (src/algorithm/sliding_window_counter.rs, the same steps).
+local function counter_wait(limit, window, cost, start, current, previous)
+  local when
+  if current + cost <= limit then
+    when = start + window - window * ((limit - cost - current) / previous)
+  else
+    when = start + 2 * window - window * ((limit - cost) / current)
+  end
+  return settle(ceil_ms(when - now), 1, function(k)
+    local t = now + k * 1000
+    local s = window_start(t, window)
+    local c, p = roll(start, current, previous, window, s)
+    return estimate(c, p, t - s, window) + cost <= limit
+  end)
+end

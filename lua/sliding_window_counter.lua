@@ -11,10 +11,11 @@
 -- Returns  {allowed 0|1, remaining (floor), reset_ms, wait_ms}
 --
 -- estimate = p × ((window − elapsed) ÷ window) + c; allowed if estimate + cost ≤ limit.
--- wait_ms is solved from the weighting and checked by settle(). The key expires 1 s
--- after its current count leaves the weighting, counted on the node's own clock
--- (prelude expiry()); a DENY or a cost of 0 writes nothing, unless the rule in force
--- needs the counts longer than their stored expiry (a reload lengthened the window).
+-- wait_ms is solved from the weighting and checked by settle() (prelude counter_wait()).
+-- The key expires 1 s after its current count leaves the weighting, counted on the
+-- node's own clock (prelude expiry()); a DENY or a cost of 0 writes nothing, unless the
+-- rule in force needs the counts longer than their stored expiry (a reload lengthened
+-- the window).
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
@@ -30,39 +31,13 @@ if s[1] and s[2] and s[3] then
   end
 end
 
--- (current, previous) of the stored state seen from the window starting at `start`.
-local function roll(start)
-  if st_start == nil then
-    return 0, 0
-  elseif st_start == start then
-    return st_current, st_previous
-  elseif st_start + window == start then
-    return 0, st_current
-  end
-  return 0, 0
-end
-
-local function estimate(c, p, elapsed)
-  return p * ((window - elapsed) / window) + c
-end
-
-local function estimate_at(t)
-  if st_start and t < st_start then
-    t = st_start
-  end
-  local start = t - math.fmod(t, window)
-  local c, p = roll(start)
-  return estimate(c, p, t - start)
-end
-
-local start = now - math.fmod(now, window)
-local current, previous = roll(start)
+local start = window_start(now, window)
+local current, previous = roll(st_start, st_current, st_previous, window, start)
 local elapsed = now - start
-local allowed = estimate(current, previous, elapsed) + cost <= limit
+local allowed = estimate(current, previous, elapsed, window) + cost <= limit
 local write = allowed and cost > 0
 if write then
   current = current + cost
-  st_start, st_current, st_previous = start, current, previous
 end
 
 local reset = 0
@@ -71,29 +46,13 @@ if current > 0 then
 elseif previous > 0 then
   reset = ceil_ms(start + window - now)
 end
-local ttl, x = expiry(reset)
-if write then
-  redis.call('HSET', KEYS[1], 'w', string.format('%.0f', start), 'c', string.format('%.0f', current),
-    'p', string.format('%.0f', previous), 'x', string.format('%.0f', x))
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
-elseif outlives(st_x, reset, x) then
-  redis.call('HSET', KEYS[1], 'x', string.format('%.0f', x))
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
-end
+store(write, st_x, reset, 'w', start, 'c', current, 'p', previous)
 local wait = 0
 if not allowed then
   if cost > limit then
     wait = math.max(reset, 1)
   else
-    local when
-    if current + cost <= limit then
-      when = start + window - window * ((limit - cost - current) / previous)
-    else
-      when = start + 2 * window - window * ((limit - cost) / current)
-    end
-    wait = settle(ceil_ms(when - now), 1, function(k)
-      return estimate_at(now + k * 1000) + cost <= limit
-    end)
+    wait = counter_wait(limit, window, cost, start, current, previous)
   end
 end
-return {allowed and 1 or 0, math.max(math.floor(limit - estimate(current, previous, elapsed)), 0), reset, wait}
+return {allowed and 1 or 0, math.max(math.floor(limit - estimate(current, previous, elapsed, window)), 0), reset, wait}

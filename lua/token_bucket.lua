@@ -15,8 +15,6 @@
 -- state longer than its stored expiry (a reload slowed the refill).
 -- reset_ms / wait_ms are the first whole ms at which the stored bucket is full / holds
 -- `cost`: a closed form, checked against the refill rule by settle() (as in Rust).
--- Numbers passed to redis.call are formatted with %.0f: Redis would print large ones
--- as 1e+17, which HSET would store inexactly and PEXPIRE would reject.
 local cap = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
@@ -62,13 +60,5 @@ if not allowed then
   end
 end
 
-local ttl, x = expiry(reset)
-if allowed and cost > 0 then
-  redis.call('HSET', KEYS[1], 't', string.format('%.0f', tokens), 'ts', string.format('%.0f', now),
-    'x', string.format('%.0f', x))
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
-elseif outlives(st_x, reset, x) then
-  redis.call('HSET', KEYS[1], 'x', string.format('%.0f', x))
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
-end
+store(allowed and cost > 0, st_x, reset, 't', tokens, 'ts', now)
 return {allowed and 1 or 0, math.floor(tokens / 1000000), reset, wait}
