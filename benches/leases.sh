@@ -37,53 +37,10 @@ if [ -z "${LOADGEN:-}" ]; then
 fi
 [ -x "$LOADGEN" ] || { echo "leases.sh: cannot find the built loadgen bench" >&2; exit 1; }
 cache=${RL_BENCH_CACHE:-${HOME:-/tmp}/.cache/ratelimitd-bench}
-work=$(mktemp -d "${TMPDIR:-/tmp}/rl-leases-bench-XXXXXX")
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-# --- a three-primary Redis Cluster on free loopback ports ---------------------------
-free_port() { # a port p with p and p + 10000 (its cluster bus) free
-  python3 - <<'PY'
-import random, socket
-while True:
-    p = random.randrange(20000, 30000)
-    try:
-        for q in (p, p + 10000):
-            s = socket.socket(); s.bind(("127.0.0.1", q)); s.close()
-        print(p); break
-    except OSError:
-        pass
-PY
-}
-nodes=()
-ports=()
-for i in 1 2 3; do
-  p=$(free_port)
-  mkdir -p "$work/redis-$p"
-  redis-server --port "$p" --bind 127.0.0.1 --cluster-enabled yes --cluster-config-file "$work/redis-$p/nodes.conf" \
-    --dir "$work/redis-$p" --save '' --appendonly no --protected-mode no >"$work/redis-$p/log" 2>&1 &
-  pids+=($!)
-  nodes+=("127.0.0.1:$p")
-  ports+=("$p")
-done
-for p in "${ports[@]}"; do
-  for _ in $(seq 1 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.05; done
-done
-redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >"$work/cluster-create.log" 2>&1
-for p in "${ports[@]}"; do
-  for _ in $(seq 1 200); do
-    redis-cli -p "$p" cluster info 2>/dev/null | grep -q 'cluster_state:ok' && break
-    sleep 0.05
-  done
-done
-node_list=$(IFS=,; echo "${nodes[*]}")
-toml_nodes=$(printf '"%s", ' "${nodes[@]}")
+# shellcheck source=benches/lib.sh
+. "$here/lib.sh"
+bench_work leases
+start_cluster
 
 # --- three daemons -----------------------------------------------------------------
 rules='
@@ -108,7 +65,7 @@ socket_mode = "0600"
 
 [redis]
 mode = "cluster"
-nodes = [${toml_nodes%, }]
+nodes = [$toml_nodes]
 timeout_ms = 100
 prefix = "rl"
 
@@ -120,10 +77,7 @@ CONF
   pids+=($!)
 done
 for i in 1 2 3; do
-  for _ in $(seq 1 200); do
-    [ "$(printf 'PING\n' | socat -t 1 - "UNIX-CONNECT:$work/rl$i.sock" 2>/dev/null)" = PONG ] && break
-    sleep 0.05
-  done
+  wait_daemon "$work/rl$i.sock" || true # one that did not start shows in the measurements
 done
 sleep 2.5 # the heartbeats count the three daemons
 
@@ -225,10 +179,7 @@ PY
 }
 node_ok=0
 if command -v node >/dev/null && command -v npm >/dev/null; then
-  mkdir -p "$cache/node"
-  if (cd "$cache/node" && { [ -f package.json ] || printf '{ "name": "rl-bench", "private": true, "version": "0.0.0" }\n' >package.json; } &&
-      { [ -d node_modules/rate-limiter-flexible ] && [ -d node_modules/ioredis ] ||
-        npm install --silent --no-audit --no-fund rate-limiter-flexible ioredis; }) >"$work/npm.log" 2>&1; then
+  if install_node_peers "$cache/node" >"$work/npm.log" 2>&1; then
     node_ok=1
   else
     echo "e: skipped rate-limiter-flexible: npm install failed ($(tail -n 1 "$work/npm.log"))"
@@ -237,7 +188,7 @@ else
   echo "e: skipped rate-limiter-flexible: no node/npm"
 fi
 if [ "$node_ok" = 1 ]; then
-  cp "$here/clients/peer_hot.js" "$cache/node/"
+  cp "$here/clients/peer_hot.js" "$here/clients/closed_loop.js" "$cache/node/"
   echo "e: $(cd "$cache/node" && peer "rate-limiter-flexible $(node -p "require('./node_modules/rate-limiter-flexible/package.json').version") (3 processes × 64 in flight)" node peer_hot.js "$node_list" "$DURATION")"
 fi
 if [ ! -x "$cache/venv/bin/python" ] || ! "$cache/venv/bin/python" -c 'import limits, coredis' 2>/dev/null; then

@@ -20,6 +20,8 @@
 //! stdout. Exit status 1 if a connection failed or stalled, else 0 (replies not
 //! matching `--expect` are only counted, in `errors`).
 
+mod common;
+
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use common::splitmix64;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
@@ -199,15 +202,6 @@ impl Template {
         }
         buf.extend_from_slice(last);
     }
-}
-
-/// SplitMix64 (Steele, Lea, Flood 2014): a bijective 64-bit mix, so counter values map
-/// to well-spread keys.
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 // ---------------------------------------------------------------------------
@@ -793,17 +787,7 @@ fn main() {
         eprintln!("loadgen: --conns, --depth, --threads and --reply-lines must be at least 1");
         std::process::exit(2);
     }
-    let rt = if args.threads == 1 {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(args.threads)
-            .enable_all()
-            .build()
-    }
-    .expect("tokio runtime");
+    let rt = common::runtime(args.threads);
     match rt.block_on(run(args)) {
         Ok(true) => {}
         Ok(false) => std::process::exit(1),

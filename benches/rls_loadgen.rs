@@ -14,7 +14,10 @@
 //! ```
 //! Run bare (as `cargo test --all-targets` does), it runs its self-test.
 
+mod common;
+
 use clap::Parser;
+use common::splitmix64;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
     rate_limit_descriptor::Entry, RateLimitDescriptor,
 };
@@ -102,7 +105,7 @@ async fn run(args: Args) -> Result<(), String> {
                 let mut t = Tally::default();
                 loop {
                     let n = counter.fetch_add(1, Ordering::Relaxed);
-                    let n = if keys > 0 { splitmix(n) % keys } else { n };
+                    let n = if keys > 0 { splitmix64(n) % keys } else { n };
                     let req = RateLimitRequest {
                         domain: domain.clone(),
                         descriptors: vec![RateLimitDescriptor {
@@ -176,14 +179,6 @@ async fn run(args: Args) -> Result<(), String> {
     Ok(())
 }
 
-/// A 64-bit mix (SplitMix64): spreads consecutive counters uniformly over the keys.
-fn splitmix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 fn self_test() {
     let s: Vec<u32> = (1..=100).collect();
     assert_eq!(
@@ -191,7 +186,7 @@ fn self_test() {
         (50, 99, 100)
     );
     assert_eq!(quantile(&[], 0.5), 0);
-    assert_ne!(splitmix(1), splitmix(2));
+    assert_ne!(splitmix64(1), splitmix64(2));
 }
 
 fn main() {
@@ -201,17 +196,7 @@ fn main() {
         return;
     }
     let args = Args::parse();
-    let rt = if args.threads <= 1 {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(args.threads)
-            .enable_all()
-            .build()
-    }
-    .expect("runtime");
+    let rt = common::runtime(args.threads);
     if let Err(e) = rt.block_on(run(args)) {
         eprintln!("rls_loadgen: {e}");
         std::process::exit(1);

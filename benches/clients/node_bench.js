@@ -7,8 +7,7 @@
 //   node node_bench.js <socket> <rule> <host:port,...> spread|hot
 // Prints one JSON line.
 const { Client } = require('ratelimitd');
-const Redis = require('ioredis');
-const { RateLimiterRedis } = require('rate-limiter-flexible');
+const { closedLoop, rlfLimiter } = require('./closed_loop');
 
 const [socket, rule, nodeList, keys] = process.argv.slice(2);
 const SLICE = Number(process.env.SLICE || 2) * 1000;
@@ -18,23 +17,8 @@ const KEYSPACE = 100000;
 const keyOf = keys === 'hot' ? () => 'hot' : () => `k${Math.floor(Math.random() * KEYSPACE)}`;
 
 async function measure(decide, ms) {
-  let n = 0;
-  let errors = 0;
-  const end = Date.now() + ms;
-  const t0 = process.hrtime.bigint();
-  async function worker() {
-    while (Date.now() < end) {
-      try {
-        await decide(keyOf());
-        n += 1;
-      } catch (e) {
-        errors += 1;
-        if (errors < 3) console.error(String(e && e.message ? e.message : e));
-      }
-    }
-  }
-  await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
-  return { rate: n / (Number(process.hrtime.bigint() - t0) / 1e9), errors };
+  const { n, secs, errors } = await closedLoop(decide, keyOf, ms, IN_FLIGHT, true);
+  return { rate: n / secs, errors };
 }
 
 function median(xs) {
@@ -51,10 +35,7 @@ async function main() {
     sources[r.source] = (sources[r.source] || 0) + 1;
     if (!r.allowed) throw new Error(`denied: ${r.source} ${r.error}`);
   };
-  const nodes = nodeList.split(',').map((hp) => ({ host: hp.split(':')[0], port: Number(hp.split(':')[1]) }));
-  const cluster = new Redis.Cluster(nodes);
-  const limiter = new RateLimiterRedis({ storeClient: cluster, points: 1e9, duration: 3600, keyPrefix: 'rlf' });
-  const rlf = (key) => limiter.consume(key);
+  const { cluster, consume: rlf } = rlfLimiter(nodeList);
   await measure(rld, 1000);
   await measure(rlf, 1000);
   for (const k of Object.keys(sources)) delete sources[k];

@@ -33,23 +33,14 @@ export SLICE=${SLICE:-2} PAIRS=${PAIRS:-6} IN_FLIGHT=${IN_FLIGHT:-64}
 bin=${RATELIMITD_BIN:-$repo/target/release/ratelimitd}
 [ -x "$bin" ] || { echo "run.sh: no daemon at $bin (cargo build --release, or set RATELIMITD_BIN)" >&2; exit 1; }
 cache=${RL_BENCH_CACHE:-${HOME:-/tmp}/.cache/ratelimitd-bench}
-work=$(mktemp -d "${TMPDIR:-/tmp}/rl-clients-bench-XXXXXX")
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=benches/lib.sh
+. "$repo/benches/lib.sh"
+bench_work clients
 
 # --- peers and clients, installed as their users install them -------------------
-mkdir -p "$cache/node" "$cache"
+install_node_peers "$cache/node"
 (
   cd "$cache/node"
-  [ -f package.json ] || printf '{ "name": "rl-bench", "private": true, "version": "0.0.0" }\n' >package.json
-  [ -d node_modules/rate-limiter-flexible ] && [ -d node_modules/ioredis ] ||
-    npm install --silent --no-audit --no-fund rate-limiter-flexible ioredis
   tgz=$(npm pack --silent "$repo/clients/node" --pack-destination "$work")
   npm install --silent --no-audit --no-fund "$work/$tgz"
 )
@@ -60,42 +51,9 @@ fi
 "$cache/venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$repo/clients/python"
 
 # --- a three-primary Redis Cluster on free loopback ports --------------------------
-free_port() { # a port p with p and p + 10000 (its cluster bus) free
-  python3 - <<'PY'
-import random, socket
-while True:
-    p = random.randrange(20000, 30000)
-    try:
-        for q in (p, p + 10000):
-            s = socket.socket(); s.bind(("127.0.0.1", q)); s.close()
-        print(p); break
-    except OSError:
-        pass
-PY
-}
-nodes=()
-for i in 1 2 3; do
-  p=$(free_port)
-  mkdir -p "$work/redis-$p"
-  redis-server --port "$p" --bind 127.0.0.1 --cluster-enabled yes --cluster-config-file "$work/redis-$p/nodes.conf" \
-    --dir "$work/redis-$p" --save '' --appendonly no --protected-mode no >"$work/redis-$p/log" 2>&1 &
-  pids+=($!)
-  nodes+=("127.0.0.1:$p")
-done
-for n in "${nodes[@]}"; do
-  for _ in $(seq 1 100); do redis-cli -h 127.0.0.1 -p "${n#*:}" ping >/dev/null 2>&1 && break; sleep 0.05; done
-done
-redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >"$work/cluster-create.log" 2>&1
-for n in "${nodes[@]}"; do
-  for _ in $(seq 1 200); do
-    redis-cli -h 127.0.0.1 -p "${n#*:}" cluster info 2>/dev/null | grep -q 'cluster_state:ok' && break
-    sleep 0.05
-  done
-done
-node_list=$(IFS=,; echo "${nodes[*]}")
+start_cluster
 
 # --- the daemon -------------------------------------------------------------------
-toml_nodes=$(printf '"%s", ' "${nodes[@]}")
 cat >"$work/rl.toml" <<CONF
 [server]
 socket = "$work/rl.sock"
@@ -103,7 +61,7 @@ socket_mode = "0600"
 
 [redis]
 mode = "cluster"
-nodes = [${toml_nodes%, }]
+nodes = [$toml_nodes]
 timeout_ms = 100
 prefix = "rl"
 
@@ -131,12 +89,7 @@ lease=1
 start_daemon() {
   RUST_LOG=${RUST_LOG:-warn} "$bin" --config "$work/rl.toml" >>"$work/daemon.log" 2>&1 &
   daemon_pid=$!
-  for _ in $(seq 1 200); do
-    [ "$(printf 'PING\n' | socat -t 1 - "UNIX-CONNECT:$work/rl.sock" 2>/dev/null)" = PONG ] && return 0
-    kill -0 "$daemon_pid" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
+  wait_daemon "$work/rl.sock" "$daemon_pid"
 }
 if ! start_daemon; then
   echo "this daemon does not take lease = \"auto\": no lease measurement ($(tail -n 1 "$work/daemon.log"))"
@@ -147,7 +100,7 @@ fi
 pids+=("$daemon_pid")
 
 # --- measurements -----------------------------------------------------------------
-cp "$here/node_bench.js" "$cache/node/"
+cp "$here/node_bench.js" "$here/closed_loop.js" "$cache/node/"
 echo "redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') cluster ${nodes[*]}; daemon $bin; node $(node --version); $("$cache/venv/bin/python" --version)"
 echo "peers: rate-limiter-flexible $(node -p "require('$cache/node/node_modules/rate-limiter-flexible/package.json').version"), ioredis $(node -p "require('$cache/node/node_modules/ioredis/package.json').version"), limits $("$cache/venv/bin/python" -c 'import limits; print(limits.__version__)')"
 echo "in flight: $IN_FLIGHT; $PAIRS alternating pairs of $SLICE s slices per line; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"

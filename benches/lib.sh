@@ -1,0 +1,90 @@
+# shellcheck shell=bash
+# Shell helpers of the benchmarks that run a Redis Cluster and daemons (benches/leases.sh,
+# benches/clients/run.sh), sourced, never run. Everything they start goes in `pids` and
+# lives in `work`, both stopped and removed on exit.
+#
+#   . benches/lib.sh; bench_work NAME; start_cluster
+
+# bench_work NAME: a temp dir `work` (rl-NAME-bench-XXXXXX under TMPDIR) and `pids`, the
+# processes to stop; on exit, kills them by pid, waits for them and removes `work`.
+bench_work() {
+  work=$(mktemp -d "${TMPDIR:-/tmp}/rl-$1-bench-XXXXXX")
+  pids=()
+  trap bench_cleanup EXIT
+}
+bench_cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+
+cluster_free_port() { # a port p with p and p + 10000 (its cluster bus) free
+  python3 - <<'PY'
+import random, socket
+while True:
+    p = random.randrange(20000, 30000)
+    try:
+        for q in (p, p + 10000):
+            s = socket.socket(); s.bind(("127.0.0.1", q)); s.close()
+        print(p); break
+    except OSError:
+        pass
+PY
+}
+
+# start_cluster: a three-primary Redis Cluster on free loopback ports, in `work`; waits
+# until every node says cluster_state:ok. Sets `ports` (1 2 3), `nodes` (127.0.0.1:port
+# each), `node_list` (comma-separated) and `toml_nodes` ("host:port", ... for a config's
+# nodes = [...]), globals the caller reads.
+# shellcheck disable=SC2034
+start_cluster() {
+  local p
+  nodes=()
+  ports=()
+  for _ in 1 2 3; do
+    p=$(cluster_free_port)
+    mkdir -p "$work/redis-$p"
+    redis-server --port "$p" --bind 127.0.0.1 --cluster-enabled yes --cluster-config-file "$work/redis-$p/nodes.conf" \
+      --dir "$work/redis-$p" --save '' --appendonly no --protected-mode no >"$work/redis-$p/log" 2>&1 &
+    pids+=($!)
+    nodes+=("127.0.0.1:$p")
+    ports+=("$p")
+  done
+  for p in "${ports[@]}"; do
+    for _ in $(seq 1 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.05; done
+  done
+  redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >"$work/cluster-create.log" 2>&1
+  for p in "${ports[@]}"; do
+    for _ in $(seq 1 200); do
+      redis-cli -p "$p" cluster info 2>/dev/null | grep -q 'cluster_state:ok' && break
+      sleep 0.05
+    done
+  done
+  node_list=$(IFS=,; echo "${nodes[*]}")
+  toml_nodes=$(printf '"%s", ' "${nodes[@]}")
+  toml_nodes=${toml_nodes%, }
+}
+
+# wait_daemon SOCKET [PID]: waits (10 s at most) until the daemon at SOCKET answers PING;
+# fails at once if PID is given and has exited, or when the time is up.
+wait_daemon() {
+  for _ in $(seq 1 200); do
+    [ "$(printf 'PING\n' | socat -t 1 - "UNIX-CONNECT:$1" 2>/dev/null)" = PONG ] && return 0
+    [ -z "${2:-}" ] || kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+
+# install_node_peers DIR: rate-limiter-flexible and ioredis from npm in DIR (a private
+# package there), unless they are already installed.
+install_node_peers() {
+  mkdir -p "$1"
+  (
+    cd "$1" &&
+      { [ -f package.json ] || printf '{ "name": "rl-bench", "private": true, "version": "0.0.0" }\n' >package.json; } &&
+      { { [ -d node_modules/rate-limiter-flexible ] && [ -d node_modules/ioredis ]; } ||
+        npm install --silent --no-audit --no-fund rate-limiter-flexible ioredis; }
+  )
+}
