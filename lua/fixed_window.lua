@@ -24,7 +24,8 @@ if s[1] and s[2] then
     now = st_start
   end
 end
-local start = window_start(now, window)
+-- math.fmod is C fmod: exact, as Rust's %.
+local start = now - math.fmod(now, window)
 local count = 0
 if st_start == start then
   count = st_count

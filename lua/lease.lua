@@ -141,32 +141,3 @@ local function record_lease(key, units, deadline, n)
     string.format('%.0f %.0f %.0f', units, deadline, g))
   return g
 end
-
--- The leases of a window's count (lease_fixed_window.lua,
--- lease_sliding_window_counter.lua), settled at `now`: `count` less the units given
--- back, if the stored window (starting at `st_start`) is still the current one
--- (`start`); a lease's deadline is within the window that counted it, so units given
--- back in a later window were counted in one that is over. Returns the count and
--- whether any units came back (the state then changed).
-local function give_back(leases, count, st_start, start)
-  local back = settle_leases(KEYS[1], leases, now)
-  local returned = back > 0
-  if st_start ~= start then
-    back = 0
-  end
-  return math.max(count - back, 0), returned
-end
-
--- A window's new lease: out of `avail` whole units, living `life` µs (at most the rest
--- of the window; no lease under 1 ms); `n` as record_lease()'s. Returns the units
--- granted and the grant number (0, 0: none).
-local function window_lease(avail, leases, life, n)
-  if life < 1000 then
-    return 0, 0
-  end
-  local granted = grant_size(avail, 1, leases)
-  if granted > 0 then
-    return granted, record_lease(KEYS[1], granted, now + life, n)
-  end
-  return 0, 0
-end

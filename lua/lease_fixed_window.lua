@@ -1,5 +1,6 @@
 -- Fixed window with leases (docs/DESIGN.md "Leases"): lua/fixed_window.lua's decision,
--- plus the lease bookkeeping of lua/lease.lua (prepended, with prelude.lua, to this file).
+-- plus the lease bookkeeping of lua/lease.lua and lua/lease_window.lua (prepended, after
+-- prelude.lua, to this file).
 --
 -- KEYS[1]  fixed_window.lua's hash {w, c, x} plus {n, l:<holder>...}
 -- ARGV     fixed_window.lua's (limit, window µs, cost, now), then lease.lua's (holder,
@@ -24,7 +25,8 @@ if st_start and st_count then
 else
   st_start, st_count = nil, nil
 end
-local start = window_start(now, window)
+-- math.fmod is C fmod: exact, as Rust's %.
+local start = now - math.fmod(now, window)
 local count = 0
 if st_start == start then
   count = st_count

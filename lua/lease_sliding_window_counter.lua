@@ -1,6 +1,7 @@
 -- Sliding window counter with leases (docs/DESIGN.md "Leases"):
 -- lua/sliding_window_counter.lua's decision, plus the lease bookkeeping of lua/lease.lua
--- (prepended, with prelude.lua, to this file).
+-- and lua/lease_window.lua (prepended, after prelude.lua, to this file, then the
+-- weighting of lua/window_counter.lua).
 --
 -- KEYS[1]  sliding_window_counter.lua's hash {w, c, p, x} plus {n, l:<holder>...}
 -- ARGV     sliding_window_counter.lua's (limit, window µs, cost, now), then lease.lua's
@@ -26,7 +27,7 @@ if st_start and st_current and st_previous then
 else
   st_start, st_current, st_previous = nil, nil, nil
 end
-local start = window_start(now, window)
+local start = now - math.fmod(now, window)
 local current, previous = roll(st_start, st_current, st_previous, window, start)
 local returned
 current, returned = give_back(leases, current, st_start, start)

@@ -7,11 +7,12 @@
 -- ARGV[1]  limit, units per window
 -- ARGV[2]  window, µs (a whole number of ms); windows are aligned to the Unix epoch
 -- ARGV[3]  cost, units (integer)
--- ARGV[4]  optional "now" in µs (tests only): see prelude.lua, prepended to this file.
+-- ARGV[4]  optional "now" in µs (tests only): see prelude.lua, prepended to this file
+--          (then window_counter.lua).
 -- Returns  {allowed 0|1, remaining (floor), reset_ms, wait_ms}
 --
 -- estimate = p × ((window − elapsed) ÷ window) + c; allowed if estimate + cost ≤ limit.
--- wait_ms is solved from the weighting and checked by settle() (prelude counter_wait()).
+-- wait_ms is solved from the weighting and checked by settle() (window_counter.lua).
 -- The key expires 1 s after its current count leaves the weighting, counted on the
 -- node's own clock (prelude expiry()); a DENY or a cost of 0 writes nothing, unless the
 -- rule in force needs the counts longer than their stored expiry (a reload lengthened
@@ -31,7 +32,7 @@ if s[1] and s[2] and s[3] then
   end
 end
 
-local start = window_start(now, window)
+local start = now - math.fmod(now, window)
 local current, previous = roll(st_start, st_current, st_previous, window, start)
 local elapsed = now - start
 local allowed = estimate(current, previous, elapsed, window) + cost <= limit

@@ -76,15 +76,18 @@ pub(crate) fn wait(allowed: bool, never: bool, reset: f64, until: impl FnOnce() 
     }
 }
 
-/// A `SPEC` entry: `spec!("name", "suffix", family)`; the Lua twin is
-/// `lua/prelude.lua` followed by `lua/<name>.lua`.
+/// A `SPEC` entry: `spec!("name", "suffix", family)`, or `spec!("name", "suffix",
+/// family, "part"...)`; the Lua twin is `lua/prelude.lua`, then each `lua/<part>.lua`
+/// (helpers only some scripts share: a script defines every function it is sent with
+/// on each call), then `lua/<name>.lua`.
 macro_rules! spec {
-    ($name:literal, $suffix:literal, $family:expr) => {
+    ($name:literal, $suffix:literal, $family:expr $(, $part:literal)*) => {
         $crate::algorithm::Spec {
             name: $name,
             suffix: $suffix,
             lua: concat!(
                 include_str!("../../lua/prelude.lua"),
+                $(include_str!(concat!("../../lua/", $part, ".lua")),)*
                 include_str!(concat!("../../lua/", $name, ".lua"))
             ),
             family: $family,
@@ -112,7 +115,8 @@ pub struct Spec {
     /// The suffix of its Redis keys (`<prefix>:{<rule>:<key>}:<suffix>`): a rule whose
     /// algorithm a reload changed never reads another algorithm's state.
     pub suffix: &'static str,
-    /// The Lua twin Redis runs: `lua/prelude.lua` then the algorithm's own file.
+    /// The Lua twin Redis runs: `lua/prelude.lua`, the parts it shares with its lease
+    /// script if any, then the algorithm's own file.
     pub lua: &'static str,
     /// Which parameters a rule gives it.
     pub family: Family,

@@ -20,7 +20,8 @@ pub const SPEC: Spec = super::spec!(
     "swc",
     Family::Window {
         max_limit: MAX_LIMIT
-    }
+    },
+    "window_counter"
 );
 
 /// Parameters: `limit` per (estimated) sliding `window`.

@@ -15,21 +15,28 @@ use fred::types::Value;
 pub struct Scripts(Vec<Script>);
 
 /// The lease script of an algorithm that takes leases (`lease = "auto"`): prelude, the
-/// shared lease bookkeeping, then the algorithm's own part. `None` for the others.
+/// shared lease bookkeeping, the parts only some lease scripts share (the window lease
+/// steps, the sliding window counter's weighting), then the algorithm's own part. `None`
+/// for the others.
 pub fn lease_lua(kind: Kind) -> Option<&'static str> {
     macro_rules! lease {
-        ($name:literal) => {
+        ($name:literal $(, $part:literal)*) => {
             concat!(
                 include_str!("../../lua/prelude.lua"),
                 include_str!("../../lua/lease.lua"),
+                $(include_str!(concat!("../../lua/", $part, ".lua")),)*
                 include_str!(concat!("../../lua/lease_", $name, ".lua"))
             )
         };
     }
     match kind {
         Kind::TokenBucket => Some(lease!("token_bucket")),
-        Kind::FixedWindow => Some(lease!("fixed_window")),
-        Kind::SlidingWindowCounter => Some(lease!("sliding_window_counter")),
+        Kind::FixedWindow => Some(lease!("fixed_window", "lease_window")),
+        Kind::SlidingWindowCounter => Some(lease!(
+            "sliding_window_counter",
+            "lease_window",
+            "window_counter"
+        )),
         Kind::LeakyBucket | Kind::SlidingWindowLog => None,
     }
 }
