@@ -10,7 +10,6 @@ use super::StoreKey;
 use crate::algorithm::{Outcome, Params};
 use crate::lease::{Ask, Granted};
 use fred::prelude::*;
-use std::sync::atomic::Ordering;
 
 impl RedisStore {
     /// The per-decision bound, `redis.timeout_ms`.
@@ -32,21 +31,12 @@ impl RedisStore {
         cost: u32,
         ask: &Ask,
     ) -> Result<(Outcome, Granted), Error> {
-        let mut generation = primary.reloads.load(Ordering::Acquire);
-        let mut reloads = 0;
-        loop {
-            let script = self.scripts.lease_of(params.kind());
-            let args = scripts::lease_args(params, cost, ask);
-            let reply: Result<Vec<i64>, Error> =
-                script.evalsha(&primary.client, key.0.clone(), args).await;
-            match reply {
-                Err(e) if reloads < 2 && e.details().starts_with("NOSCRIPT") => {
-                    self.reload_scripts(primary, generation).await?;
-                    generation = primary.reloads.load(Ordering::Acquire);
-                    reloads += 1;
-                }
-                reply => return scripts::lease_reply(&reply?),
-            }
-        }
+        let script = self.scripts.lease_of(params.kind());
+        let reply = self
+            .run_script(primary, script, key, || {
+                scripts::lease_args(params, cost, ask)
+            })
+            .await?;
+        scripts::lease_reply(&reply)
     }
 }

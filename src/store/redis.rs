@@ -30,6 +30,7 @@ use crate::config::{RedisConfig, RedisMode};
 use arc_swap::ArcSwap;
 use fred::prelude::*;
 use fred::types::config::CredentialProvider;
+use fred::types::scripts::Script;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -406,29 +407,47 @@ impl RedisStore {
         params: &Params,
         cost: u32,
     ) -> Result<Outcome, Error> {
+        let script = self.scripts.of(params.kind());
+        let reply = self
+            .run_script(primary, script, key, || scripts::args(params, cost))
+            .await?;
+        scripts::outcome(&reply)
+    }
+
+    /// EVALSHA of `script` for `key` on `primary`, with the arguments `args` makes (once
+    /// per attempt), and its integer reply. On `NOSCRIPT` (the node was flushed,
+    /// restarted or failed over) the scripts are re-loaded, one caller for all, and the
+    /// call retried; at most twice, as a flush may come right after someone else's
+    /// reload.
+    ///
+    /// # Errors
+    /// What Redis or the connection reports, the reload's included.
+    pub(super) async fn run_script(
+        &self,
+        primary: &Primary,
+        script: &Script,
+        key: &StoreKey,
+        args: impl Fn() -> Vec<Value>,
+    ) -> Result<Vec<i64>, Error> {
         let mut generation = primary.reloads.load(Ordering::Acquire);
         let mut reloads = 0;
         loop {
-            let script = self.scripts.of(params.kind());
-            let args = scripts::args(params, cost);
             let reply: Result<Vec<i64>, Error> =
-                script.evalsha(&primary.client, key.0.clone(), args).await;
+                script.evalsha(&primary.client, key.0.clone(), args()).await;
             match reply {
-                // Flushed, restarted or failed over: one caller reloads for all. At most
-                // twice: a flush may come right after someone else's reload.
                 Err(e) if reloads < 2 && e.details().starts_with("NOSCRIPT") => {
                     self.reload_scripts(primary, generation).await?;
                     generation = primary.reloads.load(Ordering::Acquire);
                     reloads += 1;
                 }
-                reply => return scripts::outcome(&reply?),
+                reply => return reply,
             }
         }
     }
 
     /// Loads the scripts on `primary` again after a `NOSCRIPT`, unless another decision
     /// already did since `seen` (the reload generation it read before its EVALSHA).
-    pub(super) async fn reload_scripts(&self, primary: &Primary, seen: u64) -> Result<(), Error> {
+    async fn reload_scripts(&self, primary: &Primary, seen: u64) -> Result<(), Error> {
         let _one_at_a_time = primary.reload_lock.lock().await;
         if primary.reloads.load(Ordering::Acquire) == seen {
             self.load_scripts(&primary.client).await?;
