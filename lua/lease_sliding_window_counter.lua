@@ -56,12 +56,8 @@ store((allowed and cost > 0) or granted > 0 or returned, tonumber(fields.x), res
   'w', start, 'c', current, 'p', previous)
 local wait = 0
 if not allowed then
-  if cost > limit then
-    wait = math.max(reset, 1)
-  else
-    -- As sliding_window_counter.lua, from the counts after the grant.
-    wait = counter_wait(limit, window, cost, start, current, previous)
-  end
+  -- As sliding_window_counter.lua, from the counts after the grant.
+  wait = counter_wait(limit, window, cost, reset, start, current, previous)
 end
 return {allowed and 1 or 0, math.max(math.floor(limit - estimate(current, previous, elapsed, window)), 0),
   reset, wait, granted, granted > 0 and life or 0, grant}

@@ -50,10 +50,6 @@ end
 store(write, st_x, reset, 'w', start, 'c', current, 'p', previous)
 local wait = 0
 if not allowed then
-  if cost > limit then
-    wait = math.max(reset, 1)
-  else
-    wait = counter_wait(limit, window, cost, start, current, previous)
-  end
+  wait = counter_wait(limit, window, cost, reset, start, current, previous)
 end
 return {allowed and 1 or 0, math.max(math.floor(limit - estimate(current, previous, elapsed, window)), 0), reset, wait}

@@ -21,10 +21,14 @@ local function estimate(c, p, elapsed, window)
   return p * ((window - elapsed) / window) + c
 end
 
--- The wait_ms of a DENY of `cost` (≤ limit) after `now`, the window starting at `start`
--- holding `current` units and the one before `previous`: solved from the weighting,
+-- The wait_ms of a DENY of `cost` after `now`, the window starting at `start` holding
+-- `current` units and the one before `previous`: for a cost above the limit (it never
+-- fits), reset_ms (`reset`), at least 1; otherwise solved from the weighting and
 -- checked by settle() (src/algorithm/sliding_window_counter.rs, the same steps).
-local function counter_wait(limit, window, cost, start, current, previous)
+local function counter_wait(limit, window, cost, reset, start, current, previous)
+  if cost > limit then
+    return math.max(reset, 1)
+  end
   local when
   if current + cost <= limit then
     when = start + window - window * ((limit - cost - current) / previous)

@@ -6,24 +6,7 @@
 mod common;
 
 use common::*;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
-
-/// The body of `GET /metrics` on `port`.
-fn scrape(port: u16) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("metrics listener");
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
-    out
-}
 
 /// The value of the series `name` whose labels include all of `labels`, if present.
 fn value(body: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {

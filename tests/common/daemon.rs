@@ -1,4 +1,5 @@
-//! The daemon under test: its config (socket inserted), start, signals, log, stop.
+//! The daemon under test: its config (socket inserted), start, signals, log, stop, and
+//! its metrics endpoint.
 
 use std::fs;
 use std::os::unix::net::UnixStream;
@@ -328,3 +329,20 @@ algorithm = "token_bucket"
 capacity = 50
 refill_rate = 0.001
 "#;
+
+/// The reply to `GET /metrics` on the daemon's metrics listener at 127.0.0.1:`port`
+/// (`[metrics] listen`), headers included; panics unless it is a 200.
+pub fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics listener");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    out
+}

@@ -16,7 +16,7 @@
 //! * [`process`]: waiting, free ports, temp dirs, children that die with the test;
 //! * [`redis`]: the RESP2 client, one redis-server, a standalone Redis;
 //! * [`cluster`]: a Redis Cluster and its faults;
-//! * [`daemon`]: the daemon under test;
+//! * [`daemon`]: the daemon under test and its metrics endpoint;
 //! * [`client`]: the line-protocol client and CHECK replies.
 
 pub mod client;
