@@ -43,12 +43,7 @@ local granted, grant = window_lease(avail, leases, life, st_n)
 if granted > 0 then
   current = current + granted
 end
-local reset = 0
-if current > 0 then
-  reset = ceil_ms(start + 2 * window - now)
-elseif previous > 0 then
-  reset = ceil_ms(to_end)
-end
+local reset = counter_reset(window, start, current, previous)
 -- Written when the counts changed; otherwise, as the plain script, only to lengthen
 -- the key's life. A key without leases is decided and stored exactly as
 -- sliding_window_counter.lua does (tests/twins.rs).

@@ -41,12 +41,7 @@ if write then
   current = current + cost
 end
 
-local reset = 0
-if current > 0 then
-  reset = ceil_ms(start + 2 * window - now)
-elseif previous > 0 then
-  reset = ceil_ms(start + window - now)
-end
+local reset = counter_reset(window, start, current, previous)
 store(write, st_x, reset, 'w', start, 'c', current, 'p', previous)
 local wait = 0
 if not allowed then

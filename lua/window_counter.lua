@@ -21,6 +21,18 @@ local function estimate(c, p, elapsed, window)
   return p * ((window - elapsed) / window) + c
 end
 
+-- reset_ms after `now`: when the counts of the window starting at `start`, `current`
+-- and `previous` before it, have both left the weighting (the current one, at the end
+-- of the next window).
+local function counter_reset(window, start, current, previous)
+  if current > 0 then
+    return ceil_ms(start + 2 * window - now)
+  elseif previous > 0 then
+    return ceil_ms(start + window - now)
+  end
+  return 0
+end
+
 -- The wait_ms of a DENY of `cost` after `now`, the window starting at `start` holding
 -- `current` units and the one before `previous`: for a cost above the limit (it never
 -- fits), reset_ms (`reset`), at least 1; otherwise solved from the weighting and
