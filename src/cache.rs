@@ -22,6 +22,9 @@ struct Entry {
     /// A request has claimed its refresh and `ttl_us` was extended by the grace (an
     /// entry is extended once: after that, expired means gone).
     extended: bool,
+    /// The cache's generation when the request that Redis answered was made: an entry
+    /// of an earlier generation (before a reload cleared the cache) never answers.
+    generation: u64,
 }
 
 /// What the deny cache holds for a request.
@@ -44,6 +47,8 @@ pub enum Lookup {
 /// an insert costs about half of TinyLFU's with a time-to-live (docs/PERFORMANCE.md).
 pub struct DenyCache {
     entries: Option<Cache<KeyHash, Entry, Prehashed>>,
+    /// Bumped by [`DenyCache::clear`].
+    generation: std::sync::atomic::AtomicU64,
     ttl: Duration,
     /// How long an expired entry keeps answering while its refresh is in flight, µs.
     grace_us: f64,
@@ -67,15 +72,23 @@ impl DenyCache {
             entries,
             ttl,
             grace_us: grace_ms as f64 * 1000.0,
+            generation: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
     /// Remembers `decision` (a DENY from Redis for `cost` units, asked at `asked_us`,
     /// wall clock µs) under `tag` for `min(ttl, wait_ms)` from then, so it never outlives
     /// Redis's own `wait_ms`. ALLOWs and zero-wait decisions are ignored.
-    pub fn remember(&self, key: KeyHash, cost: u32, decision: &Decision, asked_us: f64) {
+    pub fn remember(
+        &self,
+        key: KeyHash,
+        cost: u32,
+        decision: &Decision,
+        asked_us: f64,
+        generation: u64,
+    ) {
         let Some(entries) = &self.entries else { return };
-        if decision.allowed || decision.wait_ms == 0 {
+        if decision.allowed || decision.wait_ms == 0 || generation != self.generation() {
             return;
         }
         let ttl = self.ttl.min(Duration::from_millis(decision.wait_ms));
@@ -87,6 +100,7 @@ impl DenyCache {
                 at_us: asked_us,
                 ttl_us: ttl.as_micros() as f64,
                 extended: false,
+                generation,
             },
         );
     }
@@ -95,13 +109,27 @@ impl DenyCache {
     /// afresh; anything else (an ALLOW: Redis's state changed, e.g. it was reset) drops
     /// the extended entry at once. A refresh that got no answer from Redis leaves the
     /// entry to lapse at the end of its grace.
-    pub fn refreshed(&self, key: KeyHash, cost: u32, decision: &Decision, asked_us: f64) {
+    pub fn refreshed(
+        &self,
+        key: KeyHash,
+        cost: u32,
+        decision: &Decision,
+        asked_us: f64,
+        generation: u64,
+    ) {
         let Some(entries) = &self.entries else { return };
         if decision.allowed || decision.wait_ms == 0 {
             entries.invalidate(&key);
         } else {
-            self.remember(key, cost, decision, asked_us);
+            self.remember(key, cost, decision, asked_us, generation);
         }
+    }
+
+    /// The generation to pass to [`DenyCache::remember`] / [`DenyCache::refreshed`]:
+    /// read it before asking Redis, so that an answer computed before a reload (which
+    /// clears the cache) is never remembered after it.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The cached DENY for `key` ([`TagKey::of`] of the tag) and `cost` at `now_us` (wall
@@ -110,9 +138,9 @@ impl DenyCache {
     /// read (once per batch, [`crate::clock::local_clock_us`], monotonic), so an entry
     /// answers for at most `min(cache.ttl_ms, wait_ms)` (plus the refresh grace, never
     /// past `wait_ms`) whatever the wall clock does; a `now_us` before the entry counts
-    /// as no time passed. The first request to find an entry of its cost expired, with
-    /// its `wait_ms` not yet over, gets [`Lookup::Refresh`]: the entry is extended by the
-    /// grace for the others. An expired entry stays until a new DENY replaces it or it
+    /// as no time passed. The first request to find an entry of its cost expired, less
+    /// than the grace past its ttl and with its `wait_ms` not yet over, gets
+    /// [`Lookup::Refresh`]: the entry answers the others until the grace is over. An expired entry stays until a new DENY replaces it or it
     /// is evicted: it only takes room, never answers.
     ///
     /// [`TagKey::of`]: crate::key::TagKey::of
@@ -123,19 +151,23 @@ impl DenyCache {
         let Some(entry) = entries.get(&key) else {
             return Lookup::Miss;
         };
-        if entry.cost != cost {
+        if entry.cost != cost || entry.generation != self.generation() {
             return Lookup::Miss;
         }
         let elapsed = (now_us - entry.at_us).max(0.0);
         if elapsed >= entry.ttl_us {
+            // At most the grace past its ttl, and never past its wait_ms.
             let wait_us = entry.decision.wait_ms as f64 * 1000.0;
-            if entry.extended || elapsed >= wait_us || self.grace_us <= 0.0 {
+            let until = (entry.ttl_us + self.grace_us).min(wait_us);
+            if entry.extended || elapsed >= until {
                 return Lookup::Miss;
             }
+            // Not atomic with a concurrent refresh's answer: at worst that answer's
+            // ALLOW is followed by this entry's DENY until `until` (never an admission).
             entries.insert(
                 key,
                 Entry {
-                    ttl_us: (elapsed + self.grace_us).min(wait_us),
+                    ttl_us: until,
                     extended: true,
                     ..entry
                 },
@@ -154,6 +186,10 @@ impl DenyCache {
 
     /// Forgets everything (after a config reload changed the rules).
     pub fn clear(&self) {
+        // First the generation: an answer in flight from before is no longer stored,
+        // and an entry stored meanwhile no longer answers.
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         if let Some(entries) = &self.entries {
             entries.invalidate_all();
         }
@@ -208,7 +244,7 @@ mod tests {
     #[test]
     fn remembers_denies_of_the_same_cost_only() {
         let c = DenyCache::new(500, 100, 50);
-        c.remember(k("r:k"), 2, &deny(300), T0);
+        c.remember(k("r:k"), 2, &deny(300), T0, 0);
         let h = hit(c.lookup(k("r:k"), 2, T0 + 100_000.0));
         assert_eq!(h.source, Source::Cache);
         assert_eq!((h.allowed, h.wait_ms, h.reset_ms), (false, 200, 900));
@@ -229,9 +265,10 @@ mod tests {
                 ..deny(0)
             },
             T0,
+            0,
         );
         assert_eq!(c.lookup(k("r:a"), 1, T0), Lookup::Miss);
-        c.remember(k("r:b"), 1, &deny(20), T0);
+        c.remember(k("r:b"), 1, &deny(20), T0, 0);
         hit(c.lookup(k("r:b"), 1, T0 + 19_999.0));
         // Past wait_ms: no refresh grace either (Redis may admit it now).
         assert_eq!(
@@ -244,7 +281,7 @@ mod tests {
     #[test]
     fn one_request_refreshes_an_expired_entry_while_the_others_keep_it() {
         let c = DenyCache::new(500, 100, 50);
-        c.remember(k("r:k"), 1, &deny(10_000), T0);
+        c.remember(k("r:k"), 1, &deny(10_000), T0, 0);
         let t = T0 + 500_000.0;
         assert_eq!(c.lookup(k("r:k"), 1, t), Lookup::Refresh);
         // The others: the cached DENY, for the grace (50 ms) and no longer.
@@ -252,7 +289,7 @@ mod tests {
         hit(c.lookup(k("r:k"), 1, t + 49_999.0));
         assert_eq!(c.lookup(k("r:k"), 1, t + 50_000.0), Lookup::Miss);
         // The refresh came back DENY: fresh again, for ttl_ms from its own asking.
-        c.refreshed(k("r:k"), 1, &deny(9_000), t);
+        c.refreshed(k("r:k"), 1, &deny(9_000), t, 0);
         hit(c.lookup(k("r:k"), 1, t + 499_999.0));
         assert_eq!(c.lookup(k("r:k"), 1, t + 500_000.0), Lookup::Refresh);
         // ... then ALLOW: the extended entry goes at once.
@@ -264,6 +301,7 @@ mod tests {
                 ..deny(0)
             },
             t + 500_000.0,
+            0,
         );
         assert_eq!(c.lookup(k("r:k"), 1, t + 500_001.0), Lookup::Miss);
     }
@@ -271,16 +309,38 @@ mod tests {
     #[test]
     fn the_grace_never_outlives_wait() {
         let c = DenyCache::new(500, 100, 50);
-        c.remember(k("r:k"), 1, &deny(520), T0);
+        c.remember(k("r:k"), 1, &deny(520), T0, 0);
         assert_eq!(c.lookup(k("r:k"), 1, T0 + 500_000.0), Lookup::Refresh);
         hit(c.lookup(k("r:k"), 1, T0 + 519_999.0));
         assert_eq!(c.lookup(k("r:k"), 1, T0 + 520_000.0), Lookup::Miss);
     }
 
     #[test]
+    fn the_grace_counts_from_the_ttl_not_from_the_claim() {
+        let c = DenyCache::new(500, 100, 50);
+        c.remember(k("r:k"), 1, &deny(10_000), T0, 0);
+        // Not asked again until 5 s later: long past ttl + grace, Redis is asked.
+        assert_eq!(c.lookup(k("r:k"), 1, T0 + 5e6), Lookup::Miss);
+    }
+
+    #[test]
+    fn a_clear_forgets_entries_and_answers_still_in_flight() {
+        let c = DenyCache::new(500, 100, 50);
+        let before = c.generation();
+        c.remember(k("r:a"), 1, &deny(300), T0, before);
+        c.clear();
+        assert_eq!(c.lookup(k("r:a"), 1, T0), Lookup::Miss);
+        // An answer asked for before the clear is not remembered after it.
+        c.remember(k("r:b"), 1, &deny(300), T0, before);
+        assert_eq!(c.lookup(k("r:b"), 1, T0), Lookup::Miss);
+        c.remember(k("r:b"), 1, &deny(300), T0, c.generation());
+        hit(c.lookup(k("r:b"), 1, T0));
+    }
+
+    #[test]
     fn ttl_zero_disables() {
         let c = DenyCache::new(0, 100, 50);
-        c.remember(k("r:k"), 1, &deny(300), T0);
+        c.remember(k("r:k"), 1, &deny(300), T0, 0);
         assert_eq!(c.lookup(k("r:k"), 1, T0), Lookup::Miss);
     }
 }

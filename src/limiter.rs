@@ -332,6 +332,8 @@ impl Limiter {
             Lookup::Miss => false,
             Lookup::Refresh => true,
         };
+        // Read before asking Redis: a reload meanwhile clears the cache and bumps it.
+        let generation = self.cache.generation();
         let redis_key = redis.key(tag, &rule.params);
         // Only the primary owning this key's slot matters: keys of healthy primaries
         // keep going to Redis while another primary is down.
@@ -396,9 +398,9 @@ impl Limiter {
                             .is_some_and(|e| Arc::ptr_eq(e, &entry))
                     {
                         if refresh {
-                            this.cache.refreshed(key, cost, &d, asked_us);
+                            this.cache.refreshed(key, cost, &d, asked_us, generation);
                         } else {
-                            this.cache.remember(key, cost, &d, asked_us);
+                            this.cache.remember(key, cost, &d, asked_us, generation);
                         }
                     }
                     if rule.on_redis_failure == OnRedisFailure::Local {

@@ -249,7 +249,8 @@ if out=$(X systemctl reload ratelimitd 2>&1); then
 else
   ok reload-bad-config-fails
 fi
-X journalctl -u ratelimitd -p err --since "$since" --no-pager | grep -q max_line_bytez &&
+errors=$(X journalctl -u ratelimitd -p err --since "$since" --no-pager)
+grep -q max_line_bytez <<<"$errors" &&
   ok reload-bad-config-error-in-journal-at-priority-err ||
   bad reload-bad-config-error-in-journal-at-priority-err "journalctl -p err does not name the bad field"
 [ "$(main_pid)" = "$pid" ] && answers_from added_by_reload redis >/dev/null &&
@@ -295,7 +296,10 @@ if grep -qi redis <<<"$warnings"; then
   ok journal-warning-shows-redis-outage
   log "journalctl -p warning: $(head -1 <<<"$warnings")"
   # Sent with the native protocol: the event's target and fields are journal fields.
-  X journalctl -u ratelimitd -p warning --since "$since" --no-pager -o verbose | grep -q '^ *TARGET=ratelimitd' &&
+  # (Read whole first: `grep -q` would close the pipe at its first match, and
+  # journalctl, still writing, would fail the pipeline under pipefail.)
+  verbose=$(X journalctl -u ratelimitd -p warning --since "$since" --no-pager -o verbose)
+  grep -q '^ *TARGET=ratelimitd' <<<"$verbose" &&
     ok journal-structured-fields || bad journal-structured-fields "no TARGET= field on the outage warning"
 else
   bad journal-warning-shows-redis-outage "journalctl -p warning -u ratelimitd shows nothing (the outage is logged at priority $(X journalctl -u ratelimitd --since "$since" -o verbose --no-pager | grep -m1 -o 'PRIORITY=[0-9]'))"

@@ -63,19 +63,23 @@ async fn write_within(
 /// Walks up to [`LINES_PER_TURN`] complete lines of `buf` from `from` and asks the
 /// limiter to prefetch the local bucket of each `CHECK` ([`Limiter::prefetch_local`]),
 /// so that the batch's memory loads overlap instead of stalling one decision after
-/// another; returns where it stopped (the start of the first line not walked).
-fn prefetch(limiter: &Limiter, buf: &[u8], from: usize) -> usize {
+/// another. `searched`: bytes already known to hold no `\n` after `from` (a line still
+/// arriving is searched once, not again on every pass). Returns where it stopped (the
+/// start of the first line not walked) and how far it searched.
+fn prefetch(limiter: &Limiter, buf: &[u8], from: usize, searched: usize) -> (usize, usize) {
     let mut at = from;
+    let mut search_from = searched.max(from);
     for _ in 0..LINES_PER_TURN {
         let Some(end) = buf
-            .get(at..)
+            .get(search_from..)
             .and_then(|rest| rest.iter().position(|&b| b == b'\n'))
+            .map(|i| search_from + i)
         else {
-            break;
+            return (at, buf.len().max(at));
         };
         // Only the verb, rule and key, split as `protocol::parse` splits them (the line
         // is validated when it is decided).
-        let mut fields = buf[at..at + end]
+        let mut fields = buf[at..end]
             .split(|&b| b == b' ' || b == b'\t' || b == b'\r')
             .filter(|field| !field.is_empty());
         if fields
@@ -86,9 +90,10 @@ fn prefetch(limiter: &Limiter, buf: &[u8], from: usize) -> usize {
                 limiter.prefetch_local(rule, key);
             }
         }
-        at += end + 1;
+        at = end + 1;
+        search_from = at;
     }
-    at
+    (at, at)
 }
 
 /// One client connection: read lines, decide concurrently, reply in order.
@@ -120,8 +125,9 @@ pub async fn serve(
     let mut stopping = false;
     let mut drained = false;
     let mut lines_this_turn = 0usize;
-    // Bytes of `rbuf` whose lines were walked for a prefetch.
+    // Bytes of `rbuf` whose lines were walked for a prefetch, and searched for one.
     let mut prefetched = 0usize;
+    let mut searched = 0usize;
     loop {
         if lines_this_turn >= LINES_PER_TURN {
             lines_this_turn = 0;
@@ -132,7 +138,8 @@ pub async fn serve(
         let mut clock = BatchClock::default();
         let mut at_bound = false;
         if limiter.prefetches() {
-            prefetched = prefetch(&limiter, &rbuf, prefetched.max(used));
+            (prefetched, searched) =
+                prefetch(&limiter, &rbuf, prefetched.max(used), searched.max(used));
         }
         while !quit {
             if pending.len() >= limits.max_in_flight
@@ -180,6 +187,7 @@ pub async fn serve(
         if used > 0 {
             bytes::Buf::advance(&mut rbuf, used);
             prefetched = prefetched.saturating_sub(used);
+            searched = searched.saturating_sub(used);
             used = 0;
         }
         // Collect every reply that is ready now, in order, into one write.
@@ -240,5 +248,42 @@ pub async fn serve(
             }
             else => return Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::store::health::Circuit;
+
+    fn limiter() -> Limiter {
+        let config = Config::parse(
+            "[redis]\nmode = \"none\"\n[[rule]]\nname = \"api\"\nalgorithm = \"token_bucket\"\ncapacity = 5\nrefill_rate = 1.0\n",
+            "test",
+        )
+        .unwrap();
+        Limiter::new(&config, None, Arc::new(Circuit::new(true)))
+    }
+
+    #[test]
+    fn prefetch_walks_complete_lines_and_searches_a_partial_one_once() {
+        let l = limiter();
+        let buf = b"CHECK api a\r\nPING\nCHECK api b\nCHECK api c".as_slice();
+        // Three complete lines walked; the fourth is still arriving: searched to the end.
+        assert_eq!(prefetch(&l, buf, 0, 0), (30, buf.len()));
+        // Called again with nothing new: nothing is searched again.
+        assert_eq!(prefetch(&l, buf, 30, buf.len()), (30, buf.len()));
+        // The rest of the line arrives: found from where the search stopped.
+        let more = b"CHECK api a\r\nPING\nCHECK api b\nCHECK api c\nCHECK".as_slice();
+        assert_eq!(prefetch(&l, more, 30, buf.len()), (42, more.len()));
+        // At most LINES_PER_TURN lines per call.
+        let many = b"PING\n".repeat(LINES_PER_TURN + 3);
+        assert_eq!(
+            prefetch(&l, &many, 0, 0),
+            (5 * LINES_PER_TURN, 5 * LINES_PER_TURN)
+        );
+        // Offsets past the buffer (bytes already answered) are safe.
+        assert_eq!(prefetch(&l, buf, 100, 100), (100, 100));
     }
 }
