@@ -100,13 +100,13 @@ fn measure(what: &str, algorithm: &str, n: u64) {
             };
             let t = Instant::now();
             for i in 0..n {
-                cache.remember(key(&keys, i), 1, &deny, now, 0);
+                cache.remember(key(&keys, i), 1, &deny, now, 0, false);
             }
             fill_s = t.elapsed().as_secs_f64();
             held = cache.len();
             let t = Instant::now();
             for i in n..2 * n {
-                cache.remember(key(&keys, i), 1, &deny, now, 0);
+                cache.remember(key(&keys, i), 1, &deny, now, 0, false);
             }
             evict_s = t.elapsed().as_secs_f64();
             report(what, "-", n, held, before, fill_s, evict_s, cache.len());

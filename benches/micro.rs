@@ -124,7 +124,7 @@ fn caches(c: &mut Criterion) {
         wait_ms: 100_000,
         source: Source::Redis,
     };
-    cache.remember(keys.of("hot:k"), 1, &deny, wall_clock_us(), 0);
+    cache.remember(keys.of("hot:k"), 1, &deny, wall_clock_us(), 0, false);
     c.bench_function("deny cache: hit", |b| {
         b.iter(|| cache.lookup(keys.of(black_box("hot:k")), 1, wall_clock_us()))
     });

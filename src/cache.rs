@@ -34,9 +34,9 @@ pub enum Lookup {
     Hit(Decision),
     /// Nothing usable: ask Redis.
     Miss,
-    /// The entry expired and this request claimed its refresh: ask Redis, then call
-    /// [`DenyCache::refreshed`] with the answer (other requests for the key get the
-    /// cached DENY meanwhile).
+    /// The entry expired and this request claimed its refresh: ask Redis, then pass the
+    /// answer to [`DenyCache::remember`] with `refreshing` (other requests for the key
+    /// get the cached DENY meanwhile).
     Refresh,
 }
 
@@ -76,9 +76,13 @@ impl DenyCache {
         }
     }
 
-    /// Remembers `decision` (a DENY from Redis for `cost` units, asked at `asked_us`,
-    /// wall clock µs) under `tag` for `min(ttl, wait_ms)` from then, so it never outlives
-    /// Redis's own `wait_ms`. ALLOWs and zero-wait decisions are ignored.
+    /// Remembers `decision` (Redis's answer for `cost` units, asked at `asked_us`, wall
+    /// clock µs, when the cache's generation was `generation`) under `key`: a DENY for
+    /// `min(ttl, wait_ms)` from then, so it never outlives Redis's own `wait_ms`. An
+    /// ALLOW or a zero wait is not remembered, and when it answers a refresh this
+    /// request claimed ([`Lookup::Refresh`], `refreshing`) it drops the extended entry at
+    /// once (Redis's state changed, e.g. it was reset). A refresh that got no answer from
+    /// Redis leaves the entry to lapse at the end of its grace.
     pub fn remember(
         &self,
         key: KeyHash,
@@ -86,9 +90,16 @@ impl DenyCache {
         decision: &Decision,
         asked_us: f64,
         generation: u64,
+        refreshing: bool,
     ) {
         let Some(entries) = &self.entries else { return };
-        if decision.allowed || decision.wait_ms == 0 || generation != self.generation() {
+        if decision.allowed || decision.wait_ms == 0 {
+            if refreshing {
+                entries.invalidate(&key);
+            }
+            return;
+        }
+        if generation != self.generation() {
             return;
         }
         let ttl = self.ttl.min(Duration::from_millis(decision.wait_ms));
@@ -105,27 +116,7 @@ impl DenyCache {
         );
     }
 
-    /// The answer of a refresh claimed by [`Lookup::Refresh`]: a DENY is remembered
-    /// afresh; anything else (an ALLOW: Redis's state changed, e.g. it was reset) drops
-    /// the extended entry at once. A refresh that got no answer from Redis leaves the
-    /// entry to lapse at the end of its grace.
-    pub fn refreshed(
-        &self,
-        key: KeyHash,
-        cost: u32,
-        decision: &Decision,
-        asked_us: f64,
-        generation: u64,
-    ) {
-        let Some(entries) = &self.entries else { return };
-        if decision.allowed || decision.wait_ms == 0 {
-            entries.invalidate(&key);
-        } else {
-            self.remember(key, cost, decision, asked_us, generation);
-        }
-    }
-
-    /// The generation to pass to [`DenyCache::remember`] / [`DenyCache::refreshed`]:
+    /// The generation to pass to [`DenyCache::remember`]:
     /// read it before asking Redis, so that an answer computed before a reload (which
     /// clears the cache) is never remembered after it.
     pub fn generation(&self) -> u64 {
@@ -140,8 +131,9 @@ impl DenyCache {
     /// past `wait_ms`) whatever the wall clock does; a `now_us` before the entry counts
     /// as no time passed. The first request to find an entry of its cost expired, less
     /// than the grace past its ttl and with its `wait_ms` not yet over, gets
-    /// [`Lookup::Refresh`]: the entry answers the others until the grace is over. An expired entry stays until a new DENY replaces it or it
-    /// is evicted: it only takes room, never answers.
+    /// [`Lookup::Refresh`]: the entry answers the others until the grace is over. An
+    /// expired entry stays until a new DENY replaces it or it is evicted: it only takes
+    /// room, never answers.
     ///
     /// [`TagKey::of`]: crate::key::TagKey::of
     pub fn lookup(&self, key: KeyHash, cost: u32, now_us: f64) -> Lookup {
@@ -244,7 +236,7 @@ mod tests {
     #[test]
     fn remembers_denies_of_the_same_cost_only() {
         let c = DenyCache::new(500, 100, 50);
-        c.remember(k("r:k"), 2, &deny(300), T0, 0);
+        c.remember(k("r:k"), 2, &deny(300), T0, 0, false);
         let h = hit(c.lookup(k("r:k"), 2, T0 + 100_000.0));
         assert_eq!(h.source, Source::Cache);
         assert_eq!((h.allowed, h.wait_ms, h.reset_ms), (false, 200, 900));
@@ -266,9 +258,10 @@ mod tests {
             },
             T0,
             0,
+            false,
         );
         assert_eq!(c.lookup(k("r:a"), 1, T0), Lookup::Miss);
-        c.remember(k("r:b"), 1, &deny(20), T0, 0);
+        c.remember(k("r:b"), 1, &deny(20), T0, 0, false);
         hit(c.lookup(k("r:b"), 1, T0 + 19_999.0));
         // Past wait_ms: no refresh grace either (Redis may admit it now).
         assert_eq!(
@@ -281,7 +274,7 @@ mod tests {
     #[test]
     fn one_request_refreshes_an_expired_entry_while_the_others_keep_it() {
         let c = DenyCache::new(500, 100, 50);
-        c.remember(k("r:k"), 1, &deny(10_000), T0, 0);
+        c.remember(k("r:k"), 1, &deny(10_000), T0, 0, false);
         let t = T0 + 500_000.0;
         assert_eq!(c.lookup(k("r:k"), 1, t), Lookup::Refresh);
         // The others: the cached DENY, for the grace (50 ms) and no longer.
@@ -289,11 +282,11 @@ mod tests {
         hit(c.lookup(k("r:k"), 1, t + 49_999.0));
         assert_eq!(c.lookup(k("r:k"), 1, t + 50_000.0), Lookup::Miss);
         // The refresh came back DENY: fresh again, for ttl_ms from its own asking.
-        c.refreshed(k("r:k"), 1, &deny(9_000), t, 0);
+        c.remember(k("r:k"), 1, &deny(9_000), t, 0, true);
         hit(c.lookup(k("r:k"), 1, t + 499_999.0));
         assert_eq!(c.lookup(k("r:k"), 1, t + 500_000.0), Lookup::Refresh);
         // ... then ALLOW: the extended entry goes at once.
-        c.refreshed(
+        c.remember(
             k("r:k"),
             1,
             &Decision {
@@ -302,45 +295,41 @@ mod tests {
             },
             t + 500_000.0,
             0,
+            true,
         );
         assert_eq!(c.lookup(k("r:k"), 1, t + 500_001.0), Lookup::Miss);
     }
 
     #[test]
-    fn the_grace_never_outlives_wait() {
+    fn the_grace_ends_at_wait_and_counts_from_the_ttl() {
         let c = DenyCache::new(500, 100, 50);
-        c.remember(k("r:k"), 1, &deny(520), T0, 0);
+        c.remember(k("r:k"), 1, &deny(520), T0, 0, false);
+        c.remember(k("r:idle"), 1, &deny(10_000), T0, 0, false);
         assert_eq!(c.lookup(k("r:k"), 1, T0 + 500_000.0), Lookup::Refresh);
         hit(c.lookup(k("r:k"), 1, T0 + 519_999.0));
         assert_eq!(c.lookup(k("r:k"), 1, T0 + 520_000.0), Lookup::Miss);
-    }
-
-    #[test]
-    fn the_grace_counts_from_the_ttl_not_from_the_claim() {
-        let c = DenyCache::new(500, 100, 50);
-        c.remember(k("r:k"), 1, &deny(10_000), T0, 0);
         // Not asked again until 5 s later: long past ttl + grace, Redis is asked.
-        assert_eq!(c.lookup(k("r:k"), 1, T0 + 5e6), Lookup::Miss);
+        assert_eq!(c.lookup(k("r:idle"), 1, T0 + 5e6), Lookup::Miss);
     }
 
     #[test]
     fn a_clear_forgets_entries_and_answers_still_in_flight() {
         let c = DenyCache::new(500, 100, 50);
         let before = c.generation();
-        c.remember(k("r:a"), 1, &deny(300), T0, before);
+        c.remember(k("r:a"), 1, &deny(300), T0, before, false);
         c.clear();
         assert_eq!(c.lookup(k("r:a"), 1, T0), Lookup::Miss);
         // An answer asked for before the clear is not remembered after it.
-        c.remember(k("r:b"), 1, &deny(300), T0, before);
+        c.remember(k("r:b"), 1, &deny(300), T0, before, false);
         assert_eq!(c.lookup(k("r:b"), 1, T0), Lookup::Miss);
-        c.remember(k("r:b"), 1, &deny(300), T0, c.generation());
+        c.remember(k("r:b"), 1, &deny(300), T0, c.generation(), false);
         hit(c.lookup(k("r:b"), 1, T0));
     }
 
     #[test]
     fn ttl_zero_disables() {
         let c = DenyCache::new(0, 100, 50);
-        c.remember(k("r:k"), 1, &deny(300), T0, 0);
+        c.remember(k("r:k"), 1, &deny(300), T0, 0, false);
         assert_eq!(c.lookup(k("r:k"), 1, T0), Lookup::Miss);
     }
 }

@@ -386,23 +386,10 @@ impl Limiter {
                         wait_ms: o.wait_ms,
                         source: Source::Redis,
                     };
-                    // Not if a reload replaced the rule meanwhile: the reload cleared
-                    // the cache, and this DENY was computed with the old limits.
-                    let current = this.rules.load();
-                    // A detached rule (the Envoy front end's) is not in the table; its
-                    // DENY is remembered: a reload meanwhile can leave one stale DENY
-                    // for at most cache.ttl_ms, never an extra admission.
-                    if entry.detached
-                        || current
-                            .get(&rule.name)
-                            .is_some_and(|e| Arc::ptr_eq(e, &entry))
-                    {
-                        if refresh {
-                            this.cache.refreshed(key, cost, &d, asked_us, generation);
-                        } else {
-                            this.cache.remember(key, cost, &d, asked_us, generation);
-                        }
-                    }
+                    // Not remembered if a reload cleared the cache meanwhile (its
+                    // generation moved on): this DENY was computed with the old limits.
+                    this.cache
+                        .remember(key, cost, &d, asked_us, generation, refresh);
                     if rule.on_redis_failure == OnRedisFailure::Local {
                         this.local.observe(key, rule, &o, local_clock_us());
                     }

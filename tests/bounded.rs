@@ -72,10 +72,10 @@ fn deny_cache_evicts_beyond_max_entries() {
     };
     let now = wall_clock_us();
     for i in 0..KEYS {
-        cache.remember(keys.of(&format!("api:k{i}")), 1, &deny, now, 0);
+        cache.remember(keys.of(&format!("api:k{i}")), 1, &deny, now, 0, false);
     }
     let n = settles_at_most(MAX + MAX / 10, || {
-        cache.remember(keys.of("api:k0"), 1, &deny, now, 0);
+        cache.remember(keys.of("api:k0"), 1, &deny, now, 0, false);
         cache.len()
     });
     assert!(
