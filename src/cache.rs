@@ -5,6 +5,13 @@
 //! `min(cache.ttl_ms, wait_ms)` and saves the round trip. Only DENY is cached, and only
 //! for requests of the same cost: a cached answer can never admit anything Redis would
 //! not, and stays exact for the cost it was computed for.
+//!
+//! When a hot key's entry reaches `cache.ttl_ms`, one request re-asks Redis (it claims
+//! the refresh, [`Lookup::Refresh`]) while the others keep the cached DENY until that
+//! answer is back: at most twice `redis.timeout_ms` past the ttl, and never past the
+//! DENY's own `wait_ms`, before which Redis itself would deny the key. Otherwise every
+//! request in flight on an expiring hot key would go to Redis at once, each holding its
+//! connection's in-order replies behind a round trip.
 
 use crate::decision::{Decision, Source};
 use crate::key::{KeyHash, Prehashed};

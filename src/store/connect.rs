@@ -89,20 +89,25 @@ pub(super) fn tls_files(cfg: &RedisConfig) -> TlsFiles {
 /// The credentials of `cfg`, the password file resolved (config, then the systemd
 /// credential), read once so that a missing file is reported now.
 pub(super) fn credentials(cfg: &RedisConfig) -> Result<Credentials, StoreError> {
+    let credentials = credentials_of(cfg);
+    credentials.check().map_err(StoreError::Config)?;
+    Ok(credentials)
+}
+
+/// The credentials `cfg` names, nothing read yet.
+fn credentials_of(cfg: &RedisConfig) -> Credentials {
     let sentinels = cfg
         .sentinels
         .iter()
         .filter_map(|n| parse_node(n).map(|(h, p)| (h.to_owned(), p)))
         .collect();
-    let credentials = Credentials {
+    Credentials {
         username: cfg.username.clone(),
         password_file: Credentials::resolve_password_file(cfg.password_file.as_deref()),
         sentinel_username: cfg.sentinel_username.clone(),
         sentinel_password_file: cfg.sentinel_password_file.clone(),
         sentinels,
-    };
-    credentials.check().map_err(StoreError::Config)?;
-    Ok(credentials)
+    }
 }
 
 /// How fred's connections behave, for a decision bound of `timeout`.
@@ -129,10 +134,7 @@ pub(super) fn connection_settings(conn: &mut ConnectionConfig, timeout: Duration
 /// # Errors
 /// A message naming the field and the file that cannot be used.
 pub fn check_files(cfg: &RedisConfig) -> Result<Vec<String>, String> {
-    let warnings = match credentials(cfg) {
-        Ok(c) => c.check()?,
-        Err(e) => return Err(e.to_string()),
-    };
+    let warnings = credentials_of(cfg).check()?;
     if cfg.tls {
         super::tls::Tls::new(&tls_files(cfg))?;
     }
