@@ -18,6 +18,8 @@ use crate::key::{KeyHash, Prehashed};
 use moka::sync::Cache;
 use std::time::Duration;
 
+mod front;
+
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     decision: Decision,
@@ -54,6 +56,8 @@ pub enum Lookup {
 /// an insert costs about half of TinyLFU's with a time-to-live (docs/PERFORMANCE.md).
 pub struct DenyCache {
     entries: Option<Cache<KeyHash, Entry, Prehashed>>,
+    /// This cache's id in the per-thread memos of fresh entries ([`front`]).
+    owner: u64,
     /// Bumped by [`DenyCache::clear`].
     generation: std::sync::atomic::AtomicU64,
     ttl: Duration,
@@ -77,6 +81,7 @@ impl DenyCache {
         });
         DenyCache {
             entries,
+            owner: front::new_owner(),
             ttl,
             grace_us: grace_ms as f64 * 1000.0,
             generation: std::sync::atomic::AtomicU64::new(0),
@@ -100,6 +105,7 @@ impl DenyCache {
         refreshing: bool,
     ) {
         let Some(entries) = &self.entries else { return };
+        front::forget(self.owner, key);
         if decision.allowed || decision.wait_ms == 0 {
             if refreshing {
                 entries.invalidate(&key);
@@ -147,6 +153,14 @@ impl DenyCache {
         let Some(entries) = &self.entries else {
             return Lookup::Miss;
         };
+        // This thread's memo first: a fresh entry answers without a moka read.
+        if let Some(entry) = front::get(self.owner, key) {
+            let elapsed = (now_us - entry.at_us).max(0.0);
+            if entry.cost == cost && entry.generation == self.generation() && elapsed < entry.ttl_us
+            {
+                return Lookup::Hit(answer(&entry, elapsed));
+            }
+        }
         let Some(entry) = entries.get(&key) else {
             return Lookup::Miss;
         };
@@ -173,14 +187,10 @@ impl DenyCache {
             );
             return Lookup::Refresh;
         }
-        let elapsed_ms = (elapsed / 1000.0) as u64;
-        let d = entry.decision;
-        Lookup::Hit(Decision {
-            reset_ms: d.reset_ms.saturating_sub(elapsed_ms),
-            wait_ms: d.wait_ms.saturating_sub(elapsed_ms).max(1),
-            source: Source::Cache,
-            ..d
-        })
+        if !entry.extended {
+            front::put(self.owner, key, entry);
+        }
+        Lookup::Hit(answer(&entry, elapsed))
     }
 
     /// Forgets everything (after a config reload changed the rules).
@@ -206,6 +216,19 @@ impl DenyCache {
     /// True when nothing is cached.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// The cached DENY of `entry`, `elapsed` µs after Redis was asked: `reset_ms` and
+/// `wait_ms` reduced by the whole ms since (`wait_ms` at least 1), `source = cache`.
+fn answer(entry: &Entry, elapsed: f64) -> Decision {
+    let elapsed_ms = (elapsed / 1000.0) as u64;
+    let d = entry.decision;
+    Decision {
+        reset_ms: d.reset_ms.saturating_sub(elapsed_ms),
+        wait_ms: d.wait_ms.saturating_sub(elapsed_ms).max(1),
+        source: Source::Cache,
+        ..d
     }
 }
 

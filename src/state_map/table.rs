@@ -20,10 +20,12 @@
 //!   Emer, "High Performance Cache Replacement Using Re-Reference Interval Prediction",
 //!   ISCA 2010), a 2-bit CLOCK: a slot's value 0 means used recently, 3 means evict
 //!   first; a use sets 0, a new key enters at 2 (so a flood of keys used once evicts
-//!   itself before the keys used again), and aging adds one. A new key whose home bucket
-//!   is full evicts within it; a new key when the table holds its whole share evicts
-//!   the first slot at 3 under a hand sweeping the table (aging what it passes), so
-//!   buckets keep their room to vary.
+//!   itself before the keys used again), and aging adds one. A new key evicts in its
+//!   home bucket (whose line the lookup has just loaded) when that bucket is full in the
+//!   largest table, or when the table holds its whole share: each eviction samples the
+//!   ~5 keys of one bucket, as Redis's approximated LRU samples 5. Only a new key whose
+//!   home bucket is empty while the share is held evicts the first slot at 3 under a
+//!   hand sweeping the table (aging what it passes).
 //! - **Growth**: the table starts small and doubles (rehashing) when it passes
 //!   [`LOAD`] or when a key finds no free slot within reach, up to the size where its
 //!   share fills it to [`LOAD`] (straight to it once doubling would come within 3/2 of
@@ -200,13 +202,15 @@ impl<V: Default> Table<V> {
             let n = self.buckets.len();
             let h = home(key, n);
             if self.len >= self.share {
-                // The whole share is held: one key goes before one comes in.
-                let w = match self.buckets[h].free() {
-                    Some(w) => {
-                        self.evict_by_hand();
-                        w
-                    }
-                    None => self.evict_in(h),
+                // The whole share is held: one key goes before one comes in, the RRIP
+                // victim of the home bucket, whose line is already loaded (a sample of
+                // its ~5 keys, as Redis samples 5 keys for its approximated LRU); the
+                // hand only when that bucket holds no key at all.
+                let w = if self.buckets[h].meta.iter().any(|m| m & OCCUPIED != 0) {
+                    self.evict_in(h)
+                } else {
+                    self.evict_by_hand();
+                    self.buckets[h].free().unwrap_or(0)
                 };
                 return self.place(h, w, h, key);
             }

@@ -1,0 +1,82 @@
+//! A per-thread memo of fresh deny-cache entries, in front of the moka map.
+//!
+//! A moka read is the deny cache's whole cost on a hit: the concurrent map's lookup, a
+//! clock read, and a read record for its LRU that its housekeeping then applies (about a
+//! fifth of the daemon's CPU on a pipelined flood of cached DENYs, docs/PERFORMANCE.md).
+//! Each runtime thread therefore keeps the last entry it read per slot of a small
+//! direct-mapped array, and answers from it while that entry is fresh; moka is read
+//! again once per entry per thread per `cache.ttl_ms`.
+//!
+//! Only a fresh entry that has not been extended for a refresh is memoized: such an
+//! entry is never dropped before its ttl (a refresh's ALLOW drops only extended entries,
+//! and a reload's clear moves the generation on, which every memo read checks), so the
+//! memo answers exactly what moka would. What it does not do is tell moka's LRU that
+//! the key was read: a key answered from memos may be evicted first when the cache is
+//! full, i.e. asked of Redis once more.
+
+use super::Entry;
+use crate::key::KeyHash;
+use std::cell::RefCell;
+
+/// Slots per thread (a power of two): 4,096 × 96 bytes = 384 kB, allocated on the
+/// thread's first memoized entry.
+const SLOTS: usize = 4096;
+
+#[derive(Clone, Copy)]
+struct Slot {
+    /// The [`super::DenyCache`] the entry is from (0: empty slot).
+    owner: u64,
+    key: KeyHash,
+    entry: Entry,
+}
+
+thread_local! {
+    static MEMO: RefCell<Vec<Option<Slot>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A new owner id, unique in this process (never 0).
+pub(super) fn new_owner() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+fn slot_of(key: KeyHash) -> usize {
+    // The key is a well-mixed hash: its low bits spread keys evenly.
+    key as usize & (SLOTS - 1)
+}
+
+/// The entry this thread memoized for `key` of `owner`'s cache, if any (fresh or not:
+/// the caller checks).
+pub(super) fn get(owner: u64, key: KeyHash) -> Option<Entry> {
+    MEMO.with(|memo| {
+        let memo = memo.borrow();
+        match memo.get(slot_of(key)) {
+            Some(Some(s)) if s.owner == owner && s.key == key => Some(s.entry),
+            _ => None,
+        }
+    })
+}
+
+/// Memoizes `entry` for `key` of `owner`'s cache on this thread (replacing what its slot
+/// held).
+pub(super) fn put(owner: u64, key: KeyHash, entry: Entry) {
+    MEMO.with(|memo| {
+        let mut memo = memo.borrow_mut();
+        if memo.is_empty() {
+            memo.resize(SLOTS, None);
+        }
+        memo[slot_of(key)] = Some(Slot { owner, key, entry });
+    })
+}
+
+/// Forgets this thread's memo of `key` of `owner`'s cache.
+pub(super) fn forget(owner: u64, key: KeyHash) {
+    MEMO.with(|memo| {
+        let mut memo = memo.borrow_mut();
+        if let Some(slot) = memo.get_mut(slot_of(key)) {
+            if slot.is_some_and(|s| s.owner == owner && s.key == key) {
+                *slot = None;
+            }
+        }
+    })
+}
