@@ -40,11 +40,11 @@ fn rss() -> u64 {
 /// The `"api:k<i>"` key of request `i`, hashed as the daemon does.
 fn key(keys: &TagKey, i: u64) -> u64 {
     let mut buf = itoa::Buffer::new();
-    let mut tag = [0u8; 32];
+    let mut key = [0u8; 24];
     let digits = buf.format(i).as_bytes();
-    tag[..5].copy_from_slice(b"api:k");
-    tag[5..5 + digits.len()].copy_from_slice(digits);
-    keys.of(std::str::from_utf8(&tag[..5 + digits.len()]).unwrap_or("api:k"))
+    key[0] = b'k';
+    key[1..1 + digits.len()].copy_from_slice(digits);
+    keys.of(b"api", &key[..1 + digits.len()])
 }
 
 fn measure(what: &str, algorithm: &str, n: u64) {

@@ -96,7 +96,7 @@ fn caches(c: &mut Criterion) {
     c.bench_function("local buckets: hot key", |b| {
         b.iter(|| {
             local.decide(
-                keys.of(black_box("api:hot")),
+                keys.of(b"api", black_box(b"hot")),
                 100,
                 &params,
                 1,
@@ -110,9 +110,15 @@ fn caches(c: &mut Criterion) {
         b.iter(|| {
             n += 1;
             key.clear();
-            key.push_str("api:user:");
+            key.push_str("user:");
             key.push_str(itoa::Buffer::new().format(n));
-            local.decide(keys.of(&key), 100, &params, 1, wall_clock_us())
+            local.decide(
+                keys.of(b"api", key.as_bytes()),
+                100,
+                &params,
+                1,
+                wall_clock_us(),
+            )
         })
     });
     let cache = DenyCache::new(500, 100_000, 50);
@@ -124,12 +130,12 @@ fn caches(c: &mut Criterion) {
         wait_ms: 100_000,
         source: Source::Redis,
     };
-    cache.remember(keys.of("hot:k"), 1, &deny, wall_clock_us(), 0, false);
+    cache.remember(keys.of(b"hot", b"k"), 1, &deny, wall_clock_us(), 0, false);
     c.bench_function("deny cache: hit", |b| {
-        b.iter(|| cache.lookup(keys.of(black_box("hot:k")), 1, wall_clock_us()))
+        b.iter(|| cache.lookup(keys.of(b"hot", black_box(b"k")), 1, wall_clock_us()))
     });
     c.bench_function("deny cache: miss", |b| {
-        b.iter(|| cache.lookup(keys.of(black_box("cold:k")), 1, wall_clock_us()))
+        b.iter(|| cache.lookup(keys.of(b"cold", black_box(b"k")), 1, wall_clock_us()))
     });
 }
 

@@ -136,7 +136,7 @@ impl DenyCache {
         self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// The cached DENY for `key` ([`TagKey::of`] of the tag) and `cost` at `now_us` (wall
+    /// The cached DENY for `key` ([`TagKey::of`] of the tag's parts) and `cost` at `now_us` (wall
     /// clock µs), if one is fresh, with `reset_ms` and `wait_ms` reduced by the whole ms
     /// since Redis was asked and `source = cache`. The clock is the one local decisions
     /// read (once per batch, [`crate::clock::local_clock_us`], monotonic), so an entry
@@ -242,7 +242,9 @@ mod tests {
     /// The key of `tag`, with one hasher for the whole test module.
     fn k(tag: &str) -> KeyHash {
         static KEYS: std::sync::OnceLock<TagKey> = std::sync::OnceLock::new();
-        KEYS.get_or_init(TagKey::default).of(tag)
+        let (rule, key) = tag.split_once(':').unwrap_or(("", tag));
+        KEYS.get_or_init(TagKey::default)
+            .of(rule.as_bytes(), key.as_bytes())
     }
 
     fn deny(wait_ms: u64) -> Decision {

@@ -1,8 +1,9 @@
 //! The tagged key of a request: `"<rule>:<key>"`, and the 64-bit hash of it that the
 //! deny cache and the local buckets store.
 //!
-//! The tag is built once per request on the stack and hashed once; the Redis key is
-//! built from the same tag by the store (`<prefix>:{<tag>}:<suffix>`).
+//! The hash is taken from the tag's parts, so a local decision or a cache hit never
+//! builds the tag; a Redis call builds it once on the stack, and the store its Redis
+//! key from it (`<prefix>:{<tag>}:<suffix>`).
 
 /// The hasher of every in-process map keyed by a tag or a rule name: foldhash (seeded
 /// per process), several times cheaper than SipHash on short keys.
@@ -38,10 +39,15 @@ pub struct TagKey {
 }
 
 impl TagKey {
-    /// The cache key of `tag`.
-    pub fn of(&self, tag: &str) -> KeyHash {
-        use std::hash::BuildHasher;
-        self.hasher.hash_one(tag)
+    /// The cache key of the tag `"<rule>:<key>"`, hashed from its parts (the tag itself
+    /// is only built for a Redis call).
+    pub fn of(&self, rule: &[u8], key: &[u8]) -> KeyHash {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = self.hasher.build_hasher();
+        h.write(rule);
+        h.write_u8(b':');
+        h.write(key);
+        h.finish()
     }
 }
 
@@ -112,8 +118,8 @@ mod tests {
             0x1234_5678_9abc_def0
         );
         let keys = TagKey::default();
-        assert_eq!(keys.of("r:k"), keys.of("r:k"));
-        assert_ne!(keys.of("r:k"), keys.of("r:j"));
+        assert_eq!(keys.of(b"r", b"k"), keys.of(b"r", b"k"));
+        assert_ne!(keys.of(b"r", b"k"), keys.of(b"r", b"j"));
     }
 
     #[test]

@@ -229,11 +229,8 @@ impl Limiter {
         if self.redis.is_some() {
             return;
         }
-        let mut buf = [0u8; TAG_MAX];
-        if let Ok(rule) = std::str::from_utf8(rule) {
-            if let Some(tag) = tag_in(&mut buf, rule, key) {
-                self.local.prefetch(self.keys.of(tag));
-            }
+        if rule.len() + 1 + key.len() <= TAG_MAX {
+            self.local.prefetch(self.keys.of(rule, key));
         }
     }
 
@@ -308,13 +305,13 @@ impl Limiter {
                 limit: rule.limit(),
             }));
         }
-        // "<rule>:<key>" built on the stack and hashed once: cache hits and local
-        // decisions allocate nothing for it; a Redis call builds its Redis key once.
-        let mut buf = [0u8; TAG_MAX];
-        let Some(tag) = tag_in(&mut buf, &rule.name, key) else {
+        // The tag "<rule>:<key>" is hashed from its parts: local decisions and cache
+        // hits never build it; a Redis call builds it on the stack, then its Redis key.
+        if rule.name.len() + 1 + key.len() > TAG_MAX {
             return Check::Ready(Err(CheckError::KeyTooLong));
-        };
-        let key = self.keys.of(tag);
+        }
+        let key_bytes = key;
+        let key = self.keys.of(rule.name.as_bytes(), key_bytes);
 
         let Some(redis) = &self.redis else {
             let now = clock.now_us();
@@ -323,15 +320,21 @@ impl Limiter {
                     .decide(key, rule.limit(), &rule.params, cost, now),
             );
         };
+        // One request refreshes an expired hot entry; the others keep its DENY meanwhile
+        // (leased rules decide from their lease, without the deny cache).
+        let refresh = !rule.lease
+            && match self.cache.lookup(key, cost, clock.now_us()) {
+                Lookup::Hit(cached) => return decided(cached),
+                Lookup::Miss => false,
+                Lookup::Refresh => true,
+            };
+        let mut buf = [0u8; TAG_MAX];
+        let Some(tag) = tag_in(&mut buf, &rule.name, key_bytes) else {
+            return Check::Ready(Err(CheckError::KeyTooLong));
+        };
         if rule.lease {
             return self.check_leased(entry, redis, tag, key, cost, peer);
         }
-        // One request refreshes an expired hot entry; the others keep its DENY meanwhile.
-        let refresh = match self.cache.lookup(key, cost, clock.now_us()) {
-            Lookup::Hit(cached) => return decided(cached),
-            Lookup::Miss => false,
-            Lookup::Refresh => true,
-        };
         // Read before asking Redis: a reload meanwhile clears the cache and bumps it.
         let generation = self.cache.generation();
         let redis_key = redis.key(tag, &rule.params);

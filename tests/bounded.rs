@@ -34,7 +34,7 @@ fn local_buckets_never_hold_more_than_max_keys() {
     let params = Params::TokenBucket(token_bucket::Params::shared(10, 1.0, 1));
     for i in 0..KEYS {
         let d = local.decide(
-            keys.of(&format!("api:k{i}")),
+            keys.of(b"api", format!("k{i}").as_bytes()),
             10,
             &params,
             1,
@@ -72,10 +72,17 @@ fn deny_cache_evicts_beyond_max_entries() {
     };
     let now = wall_clock_us();
     for i in 0..KEYS {
-        cache.remember(keys.of(&format!("api:k{i}")), 1, &deny, now, 0, false);
+        cache.remember(
+            keys.of(b"api", format!("k{i}").as_bytes()),
+            1,
+            &deny,
+            now,
+            0,
+            false,
+        );
     }
     let n = settles_at_most(MAX + MAX / 10, || {
-        cache.remember(keys.of("api:k0"), 1, &deny, now, 0, false);
+        cache.remember(keys.of(b"api", b"k0"), 1, &deny, now, 0, false);
         cache.len()
     });
     assert!(

@@ -328,9 +328,11 @@ impl<V: Default> Table<V> {
     }
 }
 
-/// Asks the CPU to start loading the first two lines (keys, then the first values) of
-/// `key`'s home bucket in a table whose buckets lie at `base`, `n` of them, as
-/// [`Table::place_of_buckets`] reported; a no-op but on x86-64. The address is never
+/// Asks the CPU to start loading every line (keys, then the values) of `key`'s home
+/// bucket in a table whose buckets lie at `base`, `n` of them, as
+/// [`Table::place_of_buckets`] reported; a no-op but on x86-64. All of them: the value
+/// found after the key compare was otherwise a second, dependent miss (two thirds of the
+/// algorithm's time at 10⁵ keys, docs/PERFORMANCE.md). The address is never
 /// dereferenced: a stale `base` (the table grew since) only prefetches a useless line.
 pub fn prefetch<V>(base: *const u8, n: usize, key: u64) {
     if n == 0 {
@@ -342,8 +344,9 @@ pub fn prefetch<V>(base: *const u8, n: usize, key: u64) {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         // SAFETY: a prefetch is a hint; it never faults, whatever the address.
         unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(at.cast());
-            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(64).cast());
+            for line in 0..mem::size_of::<Bucket<V>>().div_ceil(64) {
+                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(64 * line).cast());
+            }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
