@@ -329,6 +329,7 @@ impl Limiter {
                 Lookup::Refresh => true,
             };
         let mut buf = [0u8; TAG_MAX];
+        // Cannot fail: the length was checked above, and rule names and keys are ASCII.
         let Some(tag) = tag_in(&mut buf, &rule.name, key_bytes) else {
             return Check::Ready(Err(CheckError::KeyTooLong));
         };

@@ -110,8 +110,8 @@ impl<V: Clone + Default> StateMap<V> {
         r
     }
 
-    /// Starts loading the memory that deciding `key` will read (its bucket's keys and
-    /// first values) without taking the lock, so that the lookups of a batch of
+    /// Starts loading the memory that deciding `key` will read (its home bucket's keys
+    /// and values) without taking the lock, so that the lookups of a batch of
     /// requests wait on memory together instead of one after another. A hint: it changes
     /// nothing and costs a few ns.
     pub fn prefetch(&self, key: KeyHash) {

@@ -244,11 +244,13 @@ const NAME_MAX: usize = 64;
 /// The name of the rule deciding a YAML limit at `path` (`domain.key_value.key`):
 /// `envoy/<path>`, so its Redis keys (`<prefix>:{envoy/<path>:<values>}`) and metrics
 /// say which limit they belong to, and no TOML rule (whose names have no `/`) shares
-/// them. Bytes outside printable ASCII are percent-encoded; a name longer than 64 bytes
-/// keeps its first 47 and ends with `~` and 16 hex digits of the SHA-1 of the whole.
+/// them. Bytes outside printable ASCII, `%` and `:` are percent-encoded (a `:` would
+/// make the tag `<rule>:<key>` of one limit and key the tag of another); a name longer
+/// than 64 bytes keeps its first 47 and ends with `~` and 16 hex digits of the SHA-1 of
+/// the whole.
 pub fn rule_name(path: &str) -> String {
     let mut name = String::from("envoy/");
-    percent_encode_into(&mut name, path, b"%");
+    percent_encode_into(&mut name, path, b"%:");
     shorten(name, NAME_MAX)
 }
 
@@ -326,6 +328,8 @@ mod tests {
     #[test]
     fn names_and_keys_are_printable_and_bounded() {
         assert_eq!(rule_name("d.k_v"), "envoy/d.k_v");
+        // "d.x" with key "y:z=1" and "d.x:y" with key "z=1" must not share a tag.
+        assert_eq!(rule_name("d.x:y"), "envoy/d.x%3Ay");
         let long = rule_name(&"x".repeat(100));
         assert_eq!(long.len(), 64);
         assert!(long.starts_with("envoy/xxx") && long.contains('~'));

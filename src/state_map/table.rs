@@ -20,12 +20,13 @@
 //!   Emer, "High Performance Cache Replacement Using Re-Reference Interval Prediction",
 //!   ISCA 2010), a 2-bit CLOCK: a slot's value 0 means used recently, 3 means evict
 //!   first; a use sets 0, a new key enters at 2 (so a flood of keys used once evicts
-//!   itself before the keys used again), and aging adds one. A new key evicts in its
-//!   home bucket (whose line the lookup has just loaded) when that bucket is full in the
-//!   largest table, or when the table holds its whole share: each eviction samples the
-//!   ~5 keys of one bucket, as Redis's approximated LRU samples 5. Only a new key whose
-//!   home bucket is empty while the share is held evicts the first slot at 3 under a
-//!   hand sweeping the table (aging what it passes).
+//!   itself before the keys used again), and aging adds one. A new key whose home bucket
+//!   is full evicts within it; a new key when the table holds its whole share evicts
+//!   the first slot at 3 under a hand sweeping the table (aging what it passes), so
+//!   buckets keep their room to vary: a working set as large as the share, spread over
+//!   the buckets unlike the keys that filled the table, is then 91 % held (evicting in
+//!   the home bucket instead froze each bucket at its count when the share filled: 78 %;
+//!   `buckets_keep_room_to_vary_once_the_share_is_held`).
 //! - **Growth**: the table starts small and doubles (rehashing) when it passes
 //!   [`LOAD`] or when a key finds no free slot within reach, up to the size where its
 //!   share fills it to [`LOAD`] (straight to it once doubling would come within 3/2 of
@@ -202,15 +203,15 @@ impl<V: Default> Table<V> {
             let n = self.buckets.len();
             let h = home(key, n);
             if self.len >= self.share {
-                // The whole share is held: one key goes before one comes in, the RRIP
-                // victim of the home bucket, whose line is already loaded (a sample of
-                // its ~5 keys, as Redis samples 5 keys for its approximated LRU); the
-                // hand only when that bucket holds no key at all.
-                let w = if self.buckets[h].meta.iter().any(|m| m & OCCUPIED != 0) {
-                    self.evict_in(h)
-                } else {
-                    self.evict_by_hand();
-                    self.buckets[h].free().unwrap_or(0)
+                // The whole share is held: one key goes before one comes in, under the
+                // hand if its home bucket has room, else that bucket's victim (not a
+                // free slot further on: lookups would then read ever more buckets).
+                let w = match self.buckets[h].free() {
+                    Some(w) => {
+                        self.evict_by_hand();
+                        w
+                    }
+                    None => self.evict_in(h),
                 };
                 return self.place(h, w, h, key);
             }
@@ -278,6 +279,13 @@ impl<V: Default> Table<V> {
             }
             if *m & RRPV == RRPV {
                 self.clear(b, w);
+                // The hand moves slowly and evictions come between lookups anywhere
+                // else: load the next bucket now, or the next eviction waits on it.
+                let next = wrap(b + 1, self.buckets.len());
+                prefetch_lines(
+                    std::ptr::from_ref(&self.buckets[next]).cast(),
+                    mem::size_of::<Bucket<V>>(),
+                );
                 return;
             }
             *m += 1;
@@ -338,19 +346,25 @@ pub fn prefetch<V>(base: *const u8, n: usize, key: u64) {
     if n == 0 {
         return;
     }
-    let at = base.wrapping_add(home(key, n) * mem::size_of::<Bucket<V>>());
+    let size = mem::size_of::<Bucket<V>>();
+    prefetch_lines(base.wrapping_add(home(key, n) * size), size);
+}
+
+/// Asks the CPU to start loading the `bytes` from `at`, line by line; a no-op but on
+/// x86-64. Never dereferences `at`.
+fn prefetch_lines(at: *const u8, bytes: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         // SAFETY: a prefetch is a hint; it never faults, whatever the address.
         unsafe {
-            for line in 0..mem::size_of::<Bucket<V>>().div_ceil(64) {
+            for line in 0..bytes.div_ceil(64) {
                 _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(64 * line).cast());
             }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = at;
+    let _ = (at, bytes);
 }
 
 /// `n` empty buckets.
@@ -493,6 +507,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn buckets_keep_room_to_vary_once_the_share_is_held() {
+        // A working set as large as the share but spread over the buckets unlike the
+        // keys that filled it: once it has been used a few times, all of it is held but
+        // what overflows full home buckets (~9 %: 6 slots, 4.8 keys on average). An
+        // eviction that froze each bucket at its count when the share filled held 78 %
+        // (the keys of buckets fuller than at the fill evicting each other).
+        let share = 20_000;
+        let mut t: Table<u64> = Table::new(share);
+        for i in 0..share as u64 {
+            *t.entry(tag_key(i)) = i;
+        }
+        let working: Vec<u64> = (0..share as u64).map(|i| tag_key(1_000_000 + i)).collect();
+        for _ in 0..4 {
+            for &k in &working {
+                t.entry(k);
+            }
+        }
+        let held = working.iter().filter(|&&k| t.get_mut(k).is_some()).count();
+        assert!(held * 100 >= share * 90, "{held} of {share} held");
     }
 
     #[test]
