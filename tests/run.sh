@@ -109,10 +109,18 @@ log "using $(redis-server --version | head -n1)"
 # servers). The output is kept to print one total at the end.
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-cargo test --all-targets "$@" 2>&1 | tee "$out"
+# --no-fail-fast: one failing test binary does not hide the results of the others,
+# and the suites below still run; a failed cargo run with no failed test counted (a
+# build error, a crashed binary) counts as one failure.
+cargo_rc=0
+cargo test --all-targets --no-fail-fast "$@" 2>&1 | tee "$out" || cargo_rc=1
 totals=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
               END { printf "%d %d", p, f }' "$out")
 read -r passed failed <<<"$totals"
+if [ "$cargo_rc" != 0 ] && [ "$failed" -eq 0 ]; then
+  log "cargo test failed without a failed test (see its output above)"
+  failed=1
+fi
 
 # Client libraries (clients/: Python, Node.js, Go, PHP, shell), each against a real
 # daemon; counted into the total, and a failure fails this script.
@@ -183,6 +191,6 @@ if [ "${CHAOS:-1}" != 0 ]; then
 fi
 
 echo "ratelimitd: $passed passed, $failed failed"
-# A failed client suite, package check or chaos scenario fails the run (the cargo
-# tests above already exit non-zero).
+# Any failure counted above (a cargo test, a client suite, the package check, a
+# suite or a chaos scenario) fails the run.
 [ "$failed" -eq 0 ] && [ "$clients_rc" = 0 ]
