@@ -177,3 +177,51 @@ pub fn epoch_ms() -> u64 {
         .expect("clock after 1970")
         .as_millis() as u64
 }
+
+/// ALLOWs per fixed window of `window_ms` (aligned to the epoch), counted only for the
+/// pipelined batches sent and read within one window, so they were decided in it; and
+/// the ALLOWs of batches that straddled a boundary (decided in one of the two).
+#[derive(Debug, Default)]
+pub struct PerWindow {
+    pub inside: HashMap<u64, u64>,
+    pub straddling: u64,
+    pub decisions: u64,
+}
+
+/// Like [`load`] with no pause between rounds, tallying ALLOWs per window
+/// ([`PerWindow`]) by the wall clock around each pipelined batch.
+pub fn load_per_window(
+    socket: &std::path::Path,
+    line: &str,
+    clients: usize,
+    batch: usize,
+    window_ms: u64,
+    stop: &Arc<AtomicBool>,
+) -> Vec<thread::JoinHandle<PerWindow>> {
+    (0..clients)
+        .map(|_| {
+            let socket = socket.to_path_buf();
+            let lines: Vec<String> = vec![line.to_string(); batch];
+            let stop = Arc::clone(stop);
+            thread::spawn(move || {
+                let mut c = Client::connect(&socket);
+                c.set_read_timeout(Duration::from_secs(10));
+                let mut w = PerWindow::default();
+                while !stop.load(Ordering::Relaxed) {
+                    let sent = epoch_ms() / window_ms;
+                    let replies = c.pipeline(&lines);
+                    let read = epoch_ms() / window_ms;
+                    let allowed =
+                        replies.iter().filter(|r| parse_reply(r).allowed()).count() as u64;
+                    w.decisions += replies.len() as u64;
+                    if sent == read {
+                        *w.inside.entry(sent).or_default() += allowed;
+                    } else {
+                        w.straddling += allowed;
+                    }
+                }
+                w
+            })
+        })
+        .collect()
+}
