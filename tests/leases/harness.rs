@@ -107,23 +107,50 @@ pub fn load(
     stop: &Arc<AtomicBool>,
     phase: &Phase,
 ) -> Vec<thread::JoinHandle<Tally>> {
+    let phase = Arc::clone(phase);
+    load_with(
+        socket,
+        line,
+        clients,
+        batch,
+        every,
+        stop,
+        move |tally: &mut Tally, replies, _| {
+            for r in replies {
+                let r = parse_reply(r);
+                let p = phase.load(Ordering::Relaxed);
+                *tally.0.entry((p, r.allowed(), r.source)).or_default() += 1;
+            }
+        },
+    )
+}
+
+/// The load loop of [`load`]: each thread folds each round's replies, with the epoch ms
+/// at which the round was sent and read, into its own `T` with `record`.
+pub fn load_with<T: Default + Send + 'static>(
+    socket: &std::path::Path,
+    line: &str,
+    clients: usize,
+    batch: usize,
+    every: Duration,
+    stop: &Arc<AtomicBool>,
+    record: impl Fn(&mut T, &[String], (u64, u64)) + Clone + Send + 'static,
+) -> Vec<thread::JoinHandle<T>> {
     (0..clients)
         .map(|_| {
             let socket = socket.to_path_buf();
             let lines: Vec<String> = vec![line.to_string(); batch];
             let stop = Arc::clone(stop);
-            let phase = Arc::clone(phase);
+            let record = record.clone();
             thread::spawn(move || {
                 let mut c = Client::connect(&socket);
                 c.set_read_timeout(Duration::from_secs(10));
-                let mut tally = Tally::default();
+                let mut acc = T::default();
                 let mut next = Instant::now();
                 while !stop.load(Ordering::Relaxed) {
-                    for r in c.pipeline(&lines) {
-                        let r = parse_reply(&r);
-                        let p = phase.load(Ordering::Relaxed);
-                        *tally.0.entry((p, r.allowed(), r.source)).or_default() += 1;
-                    }
+                    let sent = epoch_ms();
+                    let replies = c.pipeline(&lines);
+                    record(&mut acc, &replies, (sent, epoch_ms()));
                     if !every.is_zero() {
                         next += every;
                         if let Some(d) = next.checked_duration_since(Instant::now()) {
@@ -131,7 +158,7 @@ pub fn load(
                         }
                     }
                 }
-                tally
+                acc
             })
         })
         .collect()
@@ -188,40 +215,18 @@ pub struct PerWindow {
     pub decisions: u64,
 }
 
-/// Like [`load`] with no pause between rounds, tallying ALLOWs per window
-/// ([`PerWindow`]) by the wall clock around each pipelined batch.
-pub fn load_per_window(
-    socket: &std::path::Path,
-    line: &str,
-    clients: usize,
-    batch: usize,
-    window_ms: u64,
-    stop: &Arc<AtomicBool>,
-) -> Vec<thread::JoinHandle<PerWindow>> {
-    (0..clients)
-        .map(|_| {
-            let socket = socket.to_path_buf();
-            let lines: Vec<String> = vec![line.to_string(); batch];
-            let stop = Arc::clone(stop);
-            thread::spawn(move || {
-                let mut c = Client::connect(&socket);
-                c.set_read_timeout(Duration::from_secs(10));
-                let mut w = PerWindow::default();
-                while !stop.load(Ordering::Relaxed) {
-                    let sent = epoch_ms() / window_ms;
-                    let replies = c.pipeline(&lines);
-                    let read = epoch_ms() / window_ms;
-                    let allowed =
-                        replies.iter().filter(|r| parse_reply(r).allowed()).count() as u64;
-                    w.decisions += replies.len() as u64;
-                    if sent == read {
-                        *w.inside.entry(sent).or_default() += allowed;
-                    } else {
-                        w.straddling += allowed;
-                    }
-                }
-                w
-            })
-        })
-        .collect()
+impl PerWindow {
+    /// The `record` of [`load_with`] that tallies ALLOWs per window of `window_ms` by
+    /// the wall clock around each pipelined batch.
+    pub fn recorder(window_ms: u64) -> impl Fn(&mut PerWindow, &[String], (u64, u64)) + Clone {
+        move |w: &mut PerWindow, replies: &[String], (sent, read): (u64, u64)| {
+            let allowed = replies.iter().filter(|r| parse_reply(r).allowed()).count() as u64;
+            w.decisions += replies.len() as u64;
+            if sent / window_ms == read / window_ms {
+                *w.inside.entry(sent / window_ms).or_default() += allowed;
+            } else {
+                w.straddling += allowed;
+            }
+        }
+    }
 }

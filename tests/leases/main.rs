@@ -302,7 +302,15 @@ fn window_leases_admit_at_most_the_limit_per_window() {
             .iter()
             .flat_map(|d| {
                 let line = format!("CHECK {rule} hot");
-                load_per_window(&d.socket, &line, 3, 20, 1000, &stop)
+                load_with(
+                    &d.socket,
+                    &line,
+                    3,
+                    20,
+                    Duration::ZERO,
+                    &stop,
+                    PerWindow::recorder(1000),
+                )
             })
             .collect();
         thread::sleep(Duration::from_millis(4500));
