@@ -12,7 +12,8 @@
 //!   before one retry, by one caller for all the decisions in flight.
 //! * Cluster mode: the slot map is asked of a primary that answers (`CLUSTER SLOTS`)
 //!   every second, every [`PROBE_INTERVAL`] while a primary is open, and at once on a
-//!   redirection (`MOVED`, `ASK`).
+//!   redirection (`MOVED`, `ASK`); a key that an `ASK` sends to the new owner of a
+//!   migrating slot is decided there ([`ask`]).
 //! * Nothing queues for an unreachable primary: decisions for its keys are not sent
 //!   while its breaker is open, and a probe is not sent while its connection is down.
 
@@ -37,6 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 
+mod ask;
 mod probe;
 
 /// Delay between reconnection attempts, ms.
@@ -437,6 +439,11 @@ impl RedisStore {
             let reply: Result<Vec<i64>, Error> =
                 script.evalsha(&primary.client, key.0.clone(), args()).await;
             match reply {
+                // The slot is migrating and this key has moved: ask its new owner.
+                Err(e) if ask::ask_target(&e).is_some() => {
+                    let target = ask::ask_target(&e).unwrap_or_default().to_string();
+                    return self.evalsha_asking(&target, script, key, args(), e).await;
+                }
                 Err(e) if reloads < 2 && e.details().starts_with("NOSCRIPT") => {
                     self.reload_scripts(primary, generation).await?;
                     generation = primary.reloads.load(Ordering::Acquire);
