@@ -12,8 +12,8 @@
 //!   before one retry, by one caller for all the decisions in flight.
 //! * Cluster mode: the slot map is asked of a primary that answers (`CLUSTER SLOTS`)
 //!   every second, every [`PROBE_INTERVAL`] while a primary is open, and at once on a
-//!   redirection (`MOVED`, `ASK`); a key that an `ASK` sends to the new owner of a
-//!   migrating slot is decided there ([`ask`]).
+//!   `MOVED` or an `ASK` that could not be followed; a key that an `ASK` sends to the
+//!   new owner of a migrating slot is decided there when it can be ([`ask`]).
 //! * Nothing queues for an unreachable primary: decisions for its keys are not sent
 //!   while its breaker is open, and a probe is not sent while its connection is down.
 
@@ -435,6 +435,7 @@ impl RedisStore {
     ) -> Result<Vec<i64>, Error> {
         let mut generation = primary.reloads.load(Ordering::Acquire);
         let mut reloads = 0;
+        let started = tokio::time::Instant::now();
         loop {
             let reply: Result<Vec<i64>, Error> =
                 script.evalsha(&primary.client, key.0.clone(), args()).await;
@@ -442,7 +443,14 @@ impl RedisStore {
                 // The slot is migrating and this key has moved: ask its new owner.
                 Err(e) if ask::ask_target(&e).is_some() => {
                     let target = ask::ask_target(&e).unwrap_or_default().to_string();
-                    return self.evalsha_asking(&target, script, key, args(), e).await;
+                    // Ends before `bounded` would time the decision out (2 ms ahead).
+                    let budget = self
+                        .timeout
+                        .saturating_sub(started.elapsed())
+                        .saturating_sub(Duration::from_millis(2));
+                    return self
+                        .evalsha_asking(&target, script, key, args(), e, budget)
+                        .await;
                 }
                 Err(e) if reloads < 2 && e.details().starts_with("NOSCRIPT") => {
                     self.reload_scripts(primary, generation).await?;

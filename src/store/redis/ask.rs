@@ -15,6 +15,7 @@ use fred::error::Error;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand};
+use std::time::Duration;
 
 /// The `host:port` an `ASK` error sends the command to.
 pub(super) fn ask_target(e: &Error) -> Option<&str> {
@@ -25,14 +26,18 @@ pub(super) fn ask_target(e: &Error) -> Option<&str> {
 
 impl RedisStore {
     /// EVALSHA of `script` for `key` with `args` on the primary named `target` (an
-    /// `ASK` redirection's), after an `ASKING`; its integer reply.
+    /// `ASK` redirection's), after an `ASKING`, within `budget` (what is left of the
+    /// decision's `redis.timeout_ms`, so that this call, not the old owner, is what ran
+    /// out of time); its integer reply.
     ///
     /// # Errors
     /// `redirect` (the redirection itself) when `target` is not a primary of the slot
-    /// map, or when the call there fails (e.g. an ACL without `+asking`), then with what
-    /// failed appended: the caller handles it as the redirection it was (decided
-    /// locally, the slot map refreshed, one warning naming the cause), and the old
-    /// owner's breaker hears nothing of the new owner's failure.
+    /// map (a node that announces a hostname, or a new node that owns no slot yet), its
+    /// breaker is open or it is not connected; or when the call there fails or takes
+    /// longer than `budget` (e.g. an ACL without `+asking`), then with what failed
+    /// appended. The caller handles it as the redirection it was (decided locally, the
+    /// slot map refreshed, one warning naming the cause), and the old owner's breaker
+    /// hears nothing of the new owner's failure.
     pub(super) async fn evalsha_asking(
         &self,
         target: &str,
@@ -40,23 +45,28 @@ impl RedisStore {
         key: &StoreKey,
         args: Vec<Value>,
         redirect: Error,
+        budget: Duration,
     ) -> Result<Vec<i64>, Error> {
+        let followed = |why: &str| {
+            let details = format!("{} (followed to {target}: {why})", redirect.details());
+            Error::new(redirect.kind().clone(), details)
+        };
         let Some(primary) = self.topology.load().find(target).cloned() else {
             return Err(redirect);
         };
-        Self::asking_then_evalsha(&primary.client, script, key, args)
-            .await
-            .map_err(|e| {
-                let details = format!(
-                    "{} (followed to {target}: {})",
-                    redirect.details(),
-                    e.details()
-                );
-                Error::new(redirect.kind().clone(), details)
-            })
+        if primary.health.is_open() || !primary.client.is_connected() {
+            return Err(followed("that primary is down"));
+        }
+        let call = Self::asking_then_evalsha(&primary.client, script, key, args);
+        match tokio::time::timeout(budget, call).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(e)) => Err(followed(e.details())),
+            Err(_) => Err(followed("no answer within redis.timeout_ms")),
+        }
     }
 
-    /// `ASKING` then EVALSHA of `script`, back to back on `client`'s connection.
+    /// `ASKING` then EVALSHA of `script`, back to back on `client`'s connection; the
+    /// first error of the two (a refused `ASKING` would make the EVALSHA's a `MOVED`).
     async fn asking_then_evalsha(
         client: &Client,
         script: &Script,
@@ -74,7 +84,15 @@ impl RedisStore {
         call.push(Value::from(key.0.clone()));
         call.extend(args);
         let () = pipeline.custom(evalsha, call).await?;
-        pipeline.last().await
+        let mut replies = pipeline.try_all::<Value>().await.into_iter();
+        match (replies.next(), replies.next()) {
+            (Some(Ok(_)), Some(reply)) => reply?.convert(),
+            (Some(Err(e)), _) => Err(e),
+            _ => Err(Error::new(
+                fred::error::ErrorKind::Protocol,
+                "no reply to ASKING and EVALSHA",
+            )),
+        }
     }
 }
 
