@@ -12,11 +12,20 @@ pub type Hasher = foldhash::quality::RandomState;
 /// Longest `"<rule>:<key>"`: a 64-byte rule name, `:`, a 256-byte key.
 pub const TAG_MAX: usize = 64 + 1 + 256;
 
-/// Writes `"<rule>:<key>"` into `buf` and returns it, or `None` if it does not fit (a
-/// key longer than the protocol allows) or is not UTF-8 (keys are printable ASCII).
+/// Whether `"<rule>:<key>"` fits in [`TAG_MAX`] bytes (else the key is longer than the
+/// protocol allows).
+pub fn fits(rule: &[u8], key: &[u8]) -> bool {
+    rule.len() + 1 + key.len() <= TAG_MAX
+}
+
+/// Writes `"<rule>:<key>"` into `buf` and returns it, or `None` if it does not [`fits`]
+/// or is not UTF-8 (keys are printable ASCII).
 pub fn tag_in<'b>(buf: &'b mut [u8; TAG_MAX], rule: &str, key: &[u8]) -> Option<&'b str> {
+    if !fits(rule.as_bytes(), key) {
+        return None;
+    }
     let len = rule.len() + 1 + key.len();
-    let out = buf.get_mut(..len)?;
+    let out = &mut buf[..len];
     out[..rule.len()].copy_from_slice(rule.as_bytes());
     out[rule.len()] = b':';
     out[rule.len() + 1..].copy_from_slice(key);

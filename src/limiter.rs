@@ -22,7 +22,7 @@ use crate::clock::{local_clock_us, BatchClock};
 use crate::config::{Config, OnRedisFailure, Rule};
 use crate::decision::{Decision, Source};
 use crate::fallback::{decide_without_redis, LocalBuckets};
-use crate::key::{tag_in, TagKey, TAG_MAX};
+use crate::key::{fits, tag_in, TagKey, TAG_MAX};
 use crate::metrics::{DecisionCounters, RedisCalls};
 use crate::store::health::Circuit;
 use crate::store::{Store, StoreError};
@@ -229,7 +229,7 @@ impl Limiter {
         if self.redis.is_some() {
             return;
         }
-        if rule.len() + 1 + key.len() <= TAG_MAX {
+        if fits(rule, key) {
             self.local.prefetch(self.keys.of(rule, key));
         }
     }
@@ -307,7 +307,7 @@ impl Limiter {
         }
         // The tag "<rule>:<key>" is hashed from its parts: local decisions and cache
         // hits never build it; a Redis call builds it on the stack, then its Redis key.
-        if rule.name.len() + 1 + key.len() > TAG_MAX {
+        if !fits(rule.name.as_bytes(), key) {
             return Check::Ready(Err(CheckError::KeyTooLong));
         }
         let key_bytes = key;
@@ -322,12 +322,16 @@ impl Limiter {
         };
         // One request refreshes an expired hot entry; the others keep its DENY meanwhile
         // (leased rules decide from their lease, without the deny cache).
-        let refresh = !rule.lease
-            && match self.cache.lookup(key, cost, clock.now_us()) {
-                Lookup::Hit(cached) => return decided(cached),
-                Lookup::Miss => false,
-                Lookup::Refresh => true,
-            };
+        let lookup = if rule.lease {
+            Lookup::Miss
+        } else {
+            self.cache.lookup(key, cost, clock.now_us())
+        };
+        let refresh = match lookup {
+            Lookup::Hit(cached) => return decided(cached),
+            Lookup::Miss => false,
+            Lookup::Refresh => true,
+        };
         let mut buf = [0u8; TAG_MAX];
         // Cannot fail: the length was checked above, and rule names and keys are ASCII.
         let Some(tag) = tag_in(&mut buf, &rule.name, key_bytes) else {

@@ -29,7 +29,7 @@ const SLOTS: usize = 4096;
 
 #[derive(Clone, Copy)]
 struct Slot {
-    /// The [`super::DenyCache`] the entry is from (0: empty slot).
+    /// The [`super::DenyCache`] the entry is from.
     owner: u64,
     key: KeyHash,
     entry: Entry,
@@ -39,7 +39,7 @@ thread_local! {
     static MEMO: RefCell<Vec<Option<Slot>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// A new owner id, unique in this process (never 0).
+/// A new owner id, unique in this process.
 pub(super) fn new_owner() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)

@@ -439,10 +439,13 @@ impl RedisStore {
         loop {
             let reply: Result<Vec<i64>, Error> =
                 script.evalsha(&primary.client, key.0.clone(), args()).await;
-            match reply {
-                // The slot is migrating and this key has moved: ask its new owner.
-                Err(e) if ask::ask_target(&e).is_some() => {
-                    let target = ask::ask_target(&e).unwrap_or_default().to_string();
+            // The slot is migrating and this key has moved: ask its new owner.
+            let asked = match &reply {
+                Err(e) => ask::ask_target(e).map(str::to_string),
+                Ok(_) => None,
+            };
+            match (reply, asked) {
+                (Err(e), Some(target)) => {
                     // Ends before `bounded` would time the decision out (2 ms ahead).
                     let budget = self
                         .timeout
@@ -452,12 +455,12 @@ impl RedisStore {
                         .evalsha_asking(&target, script, key, args(), e, budget)
                         .await;
                 }
-                Err(e) if reloads < 2 && e.details().starts_with("NOSCRIPT") => {
+                (Err(e), None) if reloads < 2 && e.details().starts_with("NOSCRIPT") => {
                     self.reload_scripts(primary, generation).await?;
                     generation = primary.reloads.load(Ordering::Acquire);
                     reloads += 1;
                 }
-                reply => return reply,
+                (reply, _) => return reply,
             }
         }
     }
