@@ -6,6 +6,7 @@
 -- ARGV[2]  window, µs (a whole number of ms); windows are aligned to the Unix epoch
 -- ARGV[3]  cost, units (integer)
 -- ARGV[4]  optional "now" in µs (tests only): see prelude.lua, prepended to this file.
+-- ARGV[5]  optional "1": a dry run, the same reply and no write (prelude.lua).
 -- Returns  {allowed 0|1, remaining (floor), reset_ms, wait_ms}
 --
 -- The key expires 1 s after its window ends, counted on the node's own clock (prelude
@@ -14,6 +15,7 @@
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
+dry = ARGV[5] == '1'
 local s = redis.call('HMGET', KEYS[1], 'w', 'c', 'x')
 local st_start, st_count
 local st_x = tonumber(s[3])

@@ -7,6 +7,7 @@
 -- ARGV[2]  leak rate, units/s (= micro-units/µs), > 0
 -- ARGV[3]  cost, micro-units (integer)
 -- ARGV[4]  optional "now" in µs (tests only): see prelude.lua, prepended to this file.
+-- ARGV[5]  optional "1": a dry run, the same reply and no write (prelude.lua).
 -- Returns  {allowed 0|1, remaining units (floor), reset_ms, wait_ms}
 --
 -- A new or expired key is empty. On ALLOW, wait_ms = level before the request ÷ leak
@@ -18,6 +19,7 @@
 local cap = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
+dry = ARGV[5] == '1'
 local st_level, st_ts
 local s = redis.call('HMGET', KEYS[1], 'l', 'ts', 'x')
 local st_x = tonumber(s[3])

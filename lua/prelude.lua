@@ -3,6 +3,9 @@
 --
 -- ARGV[4]  optional: "now" in µs. Only tests pass it; production uses Redis TIME (and
 --          sends "" when later arguments follow, as the lease scripts' do).
+-- ARGV[5]  decision scripts only, optional: "1" for a dry run (a peek), which decides
+--          as a request of this cost would and writes nothing (the deny cache refreshes
+--          an entry with it: nobody is admitted by it, so nothing may be taken).
 -- Needs Redis >= 5 (script effects replication, so TIME may precede writes).
 local now
 if ARGV[4] and ARGV[4] ~= '' then
@@ -15,6 +18,8 @@ end
 -- stored state, e.g. after a failover to a node whose clock is late, counts as
 -- standing still); PEXPIRE counts from `clock`, never from `now`.
 local clock = now
+-- Set by each decision script from ARGV[5]; store() writes nothing when it is.
+local dry = false
 
 -- µs to whole ms, rounded up (src/algorithm/mod.rs ceil_ms).
 local function ceil_ms(us)
@@ -90,9 +95,12 @@ end
 -- When `write`: its fields, the pairs (a, va), (b, vb) and, if given, (c, vc), numbers,
 -- with the expiry. Otherwise only the expiry, when the rule in force needs the state
 -- longer than the one stored with it (`stored`, see outlives()). Either write sets the
--- key's TTL. Numbers are formatted with %.0f: Redis would print large ones as 1e+17,
+-- key's TTL. A dry run writes nothing. Numbers are formatted with %.0f: Redis would print large ones as 1e+17,
 -- which HSET would store inexactly and PEXPIRE would reject.
 local function store(write, stored, reset_ms, a, va, b, vb, c, vc)
+  if dry then
+    return
+  end
   local ttl, x = expiry(reset_ms)
   if write then
     if c then

@@ -9,6 +9,7 @@
 -- ARGV[3]  cost, units (integer)
 -- ARGV[4]  optional "now" in µs (tests only): see prelude.lua, prepended to this file
 --          (then window_counter.lua).
+-- ARGV[5]  optional "1": a dry run, the same reply and no write (prelude.lua).
 -- Returns  {allowed 0|1, remaining (floor), reset_ms, wait_ms}
 --
 -- estimate = p × ((window − elapsed) ÷ window) + c; allowed if estimate + cost ≤ limit.
@@ -20,6 +21,7 @@
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
+dry = ARGV[5] == '1'
 local st_start, st_current, st_previous
 local s = redis.call('HMGET', KEYS[1], 'w', 'c', 'p', 'x')
 local st_x = tonumber(s[4])

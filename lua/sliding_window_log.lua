@@ -9,6 +9,7 @@
 -- ARGV[2]  window, µs
 -- ARGV[3]  cost, units (integer)
 -- ARGV[4]  optional "now" in µs (tests only): see prelude.lua, prepended to this file.
+-- ARGV[5]  optional "1": a dry run, the same reply and no write (prelude.lua).
 -- Returns  {allowed 0|1, remaining (floor), reset_ms, wait_ms}
 --
 -- Exact: allowed if the units logged in (now - window, now] plus cost fit in limit.
@@ -20,12 +21,15 @@
 -- its newest entry leaves the window, counted on the node's own clock (prelude
 -- expiry()); a DENY or a cost of 0 writes nothing but the trimming, unless the rule in
 -- force needs the log longer than its stored expiry (a reload lengthened the window).
+-- A dry run writes only the trimming and the rewrite below, which change no decision
+-- (nor the key's TTL).
 --
 -- Members written by versions without running totals ("<µs>:<units>") are rewritten
 -- once, O(n), the first time this script finds one as the newest entry.
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
+dry = ARGV[5] == '1'
 
 -- The entry at `rank` (0 = oldest, -1 = newest), or nil.
 local function at(rank)
@@ -45,8 +49,10 @@ local function member(ts, cum, x, units)
 end
 
 -- Rewrites every member with running totals (members of an earlier format, whose last
--- field is the units); expiry 0, so the next decision stores one.
+-- field is the units); expiry 0, so the next decision stores one. The key keeps its
+-- TTL (removing its only member deletes it), also in a dry run, which stores nothing.
 local function migrate()
+  local pttl = redis.call('PTTL', KEYS[1])
   local flat = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
   local cum = 0
   for i = 1, #flat / 2 do
@@ -56,6 +62,9 @@ local function migrate()
     cum = cum + units
     redis.call('ZREM', KEYS[1], m)
     redis.call('ZADD', KEYS[1], flat[2 * i], member(ts, cum, 0, units))
+  end
+  if pttl > 0 then
+    redis.call('PEXPIRE', KEYS[1], pttl)
   end
 end
 
@@ -104,7 +113,7 @@ if newest then
   reset = ceil_ms(newest + window - now)
 end
 local ttl, x = expiry(reset)
-if admit then
+if admit and not dry then
   local units, cum = cost, cost
   if live then
     cum = top.cum + cost
@@ -115,7 +124,7 @@ if admit then
   end
   redis.call('ZADD', KEYS[1], string.format('%.0f', now), member(now, cum, x, units))
   redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
-elseif live and outlives(top.x, reset, x) then
+elseif not dry and live and outlives(top.x, reset, x) then
   redis.call('ZREM', KEYS[1], top.member)
   redis.call('ZADD', KEYS[1], string.format('%.0f', top.ts), member(top.ts, top.cum, x, top.units))
   redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))

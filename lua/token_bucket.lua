@@ -7,6 +7,7 @@
 -- ARGV[2]  refill rate, tokens/s (= micro-tokens/µs), > 0
 -- ARGV[3]  cost, micro-tokens (integer)
 -- ARGV[4]  optional "now" in µs (tests only): see prelude.lua, prepended to this file.
+-- ARGV[5]  optional "1": a dry run, the same reply and no write (prelude.lua).
 -- Returns  {allowed 0|1, remaining tokens (floor), reset_ms, wait_ms}
 --
 -- A new or expired key is full. The key expires 1 s after it would be full again, when
@@ -18,6 +19,7 @@
 local cap = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
+dry = ARGV[5] == '1'
 local st_tokens, st_ts
 local s = redis.call('HMGET', KEYS[1], 't', 'ts', 'x')
 local st_x = tonumber(s[3])

@@ -161,7 +161,20 @@ impl Peer {
             return None;
         }
         Some(RedisSlot {
-            share: Arc::clone(&self.share),
+            share: Some(Arc::clone(&self.share)),
+            in_flight: Arc::clone(&self.in_flight),
+        })
+    }
+
+    /// One slot of the daemon's cap only, for a call to Redis that no client waits for
+    /// (the deny cache's refresh): it does not count against the uid's share, which
+    /// bounds what a client itself has waiting. `None` when the daemon is at its cap.
+    pub fn background_slot(&self) -> Option<RedisSlot> {
+        if !take(&self.in_flight.total, self.in_flight.limits.total) {
+            return None;
+        }
+        Some(RedisSlot {
+            share: None,
             in_flight: Arc::clone(&self.in_flight),
         })
     }
@@ -180,13 +193,16 @@ impl Peer {
 /// One request in flight to Redis; the slot is given back on drop.
 #[derive(Debug)]
 pub struct RedisSlot {
-    share: Arc<AtomicUsize>,
+    /// The uid's share it counts in (`None`: a background call, the daemon's cap only).
+    share: Option<Arc<AtomicUsize>>,
     in_flight: Arc<InFlight>,
 }
 
 impl Drop for RedisSlot {
     fn drop(&mut self) {
-        self.share.fetch_sub(1, Ordering::AcqRel);
+        if let Some(share) = &self.share {
+            share.fetch_sub(1, Ordering::AcqRel);
+        }
         self.in_flight.total.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -265,6 +281,23 @@ mod tests {
             gids: vec![20],
         };
         assert!(a.allows(10, 0) && a.allows(0, 20) && !a.allows(11, 21));
+    }
+
+    #[test]
+    fn a_background_slot_counts_in_the_total_only() {
+        let f = InFlight::new(InFlightLimits {
+            total: 2,
+            per_uid: 1,
+        });
+        let a = f.peer(1, 1);
+        let bg = a.background_slot().expect("a background slot");
+        assert_eq!(a.uid_in_flight(), 0, "not in the uid's share");
+        let held = a.redis_slot().expect("the uid's own slot");
+        assert!(a.background_slot().is_none(), "the daemon is at its total");
+        drop(bg);
+        assert!(a.background_slot().is_some());
+        drop(held);
+        assert_eq!(a.uid_in_flight(), 0);
     }
 
     #[test]

@@ -6,11 +6,12 @@
 //! for requests of the same cost: a cached answer can never admit anything Redis would
 //! not, and stays exact for the cost it was computed for.
 //!
-//! When a hot key's entry reaches `cache.ttl_ms`, one request re-asks Redis (it claims
-//! the refresh, [`Lookup::Refresh`]) while the others keep the cached DENY until that
-//! answer is back: at most twice `redis.timeout_ms` past the ttl, and never past the
-//! DENY's own `wait_ms`, before which Redis itself would deny the key. Otherwise every
-//! request in flight on an expiring hot key would go to Redis at once, each holding its
+//! When a hot key's entry reaches `cache.ttl_ms`, the first request to see it claims its
+//! refresh ([`Lookup::Refresh`]): the limiter asks Redis with a dry run, which takes
+//! nothing, while that request and the others keep the cached DENY until the answer is
+//! back: at most twice `redis.timeout_ms` past the ttl, and never past the DENY's own
+//! `wait_ms`, before which Redis itself would deny the key. Otherwise every request in
+//! flight on an expiring hot key would go to Redis at once, each holding its
 //! connection's in-order replies behind a round trip.
 
 use crate::decision::{Decision, Source};
@@ -43,10 +44,10 @@ pub enum Lookup {
     Hit(Decision),
     /// Nothing usable: ask Redis.
     Miss,
-    /// The entry expired and this request claimed its refresh: ask Redis, then pass the
-    /// answer to [`DenyCache::remember`] with `refreshing` (other requests for the key
-    /// get the cached DENY meanwhile).
-    Refresh,
+    /// The entry expired and this request claimed its refresh: answer it with this
+    /// cached DENY (as the others meanwhile), ask Redis with a dry run of the same cost,
+    /// and pass that answer to [`DenyCache::remember`] with `refreshing`.
+    Refresh(Decision),
 }
 
 /// Bounded map from `"<rule>:<key>"` (as its [`TagKey`]) to the last DENY Redis returned
@@ -91,10 +92,11 @@ impl DenyCache {
     /// Remembers `decision` (Redis's answer for `cost` units, asked at `asked_us`, wall
     /// clock µs, when the cache's generation was `generation`) under `key`: a DENY for
     /// `min(ttl, wait_ms)` from then, so it never outlives Redis's own `wait_ms`. An
-    /// ALLOW or a zero wait is not remembered, and when it answers a refresh this
-    /// request claimed ([`Lookup::Refresh`], `refreshing`) it drops the extended entry at
-    /// once (Redis's state changed, e.g. it was reset). A refresh that got no answer from
-    /// Redis leaves the entry to lapse at the end of its grace.
+    /// ALLOW or a zero wait is not remembered, and when it answers a refresh
+    /// ([`Lookup::Refresh`], `refreshing`: a dry run's answer) it drops the extended
+    /// entry at once (Redis would admit the key now, e.g. it was reset), so the next
+    /// request asks Redis for real. A refresh that got no answer from Redis leaves the
+    /// entry to lapse at the end of its grace.
     pub fn remember(
         &self,
         key: KeyHash,
@@ -144,7 +146,8 @@ impl DenyCache {
     /// past `wait_ms`) whatever the wall clock does; a `now_us` before the entry counts
     /// as no time passed. The first request to find an entry of its cost expired, less
     /// than the grace past its ttl and with its `wait_ms` not yet over, gets
-    /// [`Lookup::Refresh`]: the entry answers the others until the grace is over. An
+    /// [`Lookup::Refresh`] with the entry's answer: the entry answers every request
+    /// until the grace is over. An
     /// expired entry stays until a new DENY replaces it or it is evicted: it only takes
     /// room, never answers.
     ///
@@ -185,7 +188,7 @@ impl DenyCache {
                     ..entry
                 },
             );
-            return Lookup::Refresh;
+            return Lookup::Refresh(answer(&entry, elapsed));
         }
         if !entry.extended {
             front::put(self.owner, key, entry);
@@ -265,6 +268,14 @@ mod tests {
         }
     }
 
+    /// The cached answer a refresh claim carries.
+    fn refresh(l: Lookup) -> Decision {
+        match l {
+            Lookup::Refresh(d) => d,
+            other => panic!("expected a refresh claim, got {other:?}"),
+        }
+    }
+
     #[test]
     fn remembers_denies_of_the_same_cost_only() {
         let c = DenyCache::new(500, 100, 50);
@@ -308,7 +319,12 @@ mod tests {
         let c = DenyCache::new(500, 100, 50);
         c.remember(k("r:k"), 1, &deny(10_000), T0, 0, false);
         let t = T0 + 500_000.0;
-        assert_eq!(c.lookup(k("r:k"), 1, t), Lookup::Refresh);
+        // The claimant is answered from the entry too, its wait reduced.
+        let claimed = refresh(c.lookup(k("r:k"), 1, t));
+        assert_eq!(
+            (claimed.allowed, claimed.wait_ms, claimed.source),
+            (false, 9_500, Source::Cache)
+        );
         // The others: the cached DENY, for the grace (50 ms) and no longer.
         hit(c.lookup(k("r:k"), 1, t + 1_000.0));
         hit(c.lookup(k("r:k"), 1, t + 49_999.0));
@@ -316,7 +332,7 @@ mod tests {
         // The refresh came back DENY: fresh again, for ttl_ms from its own asking.
         c.remember(k("r:k"), 1, &deny(9_000), t, 0, true);
         hit(c.lookup(k("r:k"), 1, t + 499_999.0));
-        assert_eq!(c.lookup(k("r:k"), 1, t + 500_000.0), Lookup::Refresh);
+        refresh(c.lookup(k("r:k"), 1, t + 500_000.0));
         // ... then ALLOW: the extended entry goes at once.
         c.remember(
             k("r:k"),
@@ -337,7 +353,7 @@ mod tests {
         let c = DenyCache::new(500, 100, 50);
         c.remember(k("r:k"), 1, &deny(520), T0, 0, false);
         c.remember(k("r:idle"), 1, &deny(10_000), T0, 0, false);
-        assert_eq!(c.lookup(k("r:k"), 1, T0 + 500_000.0), Lookup::Refresh);
+        refresh(c.lookup(k("r:k"), 1, T0 + 500_000.0));
         hit(c.lookup(k("r:k"), 1, T0 + 519_999.0));
         assert_eq!(c.lookup(k("r:k"), 1, T0 + 520_000.0), Lookup::Miss);
         // Not asked again until 5 s later: long past ttl + grace, Redis is asked.

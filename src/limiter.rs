@@ -14,25 +14,26 @@
 //!                                                                           └► error of this key only: on_redis_failure
 //! ```
 
+mod ask;
 mod lease;
 
-use crate::admission::{Peer, UntilDone};
+use crate::admission::Peer;
 use crate::cache::{DenyCache, Lookup};
 use crate::clock::{local_clock_us, BatchClock};
-use crate::config::{Config, OnRedisFailure, Rule};
-use crate::decision::{Decision, Source};
+use crate::config::{Config, Rule};
+use crate::decision::Decision;
 use crate::fallback::{decide_without_redis, LocalBuckets};
 use crate::key::{fits, tag_in, TagKey, TAG_MAX};
 use crate::metrics::{DecisionCounters, RedisCalls};
 use crate::store::health::Circuit;
-use crate::store::{Store, StoreError};
+use crate::store::Store;
 use crate::throttle::Throttle;
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The rules in force; swapped whole on reload, so a request sees one version.
 pub type Rules = HashMap<String, Arc<Rule>>;
@@ -250,6 +251,10 @@ impl Limiter {
         clock: &mut BatchClock,
         peer: &Peer,
     ) -> Check {
+        // Read before the rules: a reload puts its rules in force, then clears the
+        // cache and bumps this, so a DENY computed under rules loaded before the bump is
+        // never remembered after it.
+        let generation = self.cache.generation();
         let rules = self.rules.load();
         let Some(entry) = std::str::from_utf8(rule)
             .ok()
@@ -257,7 +262,7 @@ impl Limiter {
         else {
             return Check::Ready(Err(CheckError::UnknownRule));
         };
-        self.check_entry(entry, key, cost, clock, peer)
+        self.check_entry(entry, key, cost, clock, peer, generation)
     }
 
     /// Decides `cost` units of `key` under a [`Detached`] rule, as [`Limiter::check`]
@@ -270,9 +275,12 @@ impl Limiter {
         clock: &mut BatchClock,
         peer: &Peer,
     ) -> Check {
-        self.check_entry(&rule.0, key, cost, clock, peer)
+        let generation = self.cache.generation();
+        self.check_entry(&rule.0, key, cost, clock, peer, generation)
     }
 
+    /// Decides `cost` units of `key` under `entry`'s rule; `generation` is the deny
+    /// cache's, read before the rule was looked up.
     fn check_entry(
         self: &Arc<Self>,
         entry: &Arc<Entry>,
@@ -280,6 +288,7 @@ impl Limiter {
         cost: u32,
         clock: &mut BatchClock,
         peer: &Peer,
+        generation: u64,
     ) -> Check {
         let rule = &entry.rule;
         // Against the rules in force for this request: a reload that removes a uid
@@ -320,8 +329,8 @@ impl Limiter {
                     .decide(key, rule.limit(), &rule.params, cost, now),
             );
         };
-        // One request refreshes an expired hot entry; the others keep its DENY meanwhile
-        // (leased rules decide from their lease, without the deny cache).
+        // A cached DENY answers, also the request that claims an expired entry's
+        // refresh (below); leased rules decide from their lease, without the cache.
         let lookup = if rule.lease {
             Lookup::Miss
         } else {
@@ -329,8 +338,8 @@ impl Limiter {
         };
         let refresh = match lookup {
             Lookup::Hit(cached) => return decided(cached),
-            Lookup::Miss => false,
-            Lookup::Refresh => true,
+            Lookup::Miss => None,
+            Lookup::Refresh(cached) => Some(cached),
         };
         let mut buf = [0u8; TAG_MAX];
         // Cannot fail: the length was checked above, and rule names and keys are ASCII.
@@ -340,8 +349,6 @@ impl Limiter {
         if rule.lease {
             return self.check_leased(entry, redis, tag, key, cost, peer);
         }
-        // Read before asking Redis: a reload meanwhile clears the cache and bumps it.
-        let generation = self.cache.generation();
         let redis_key = redis.key(tag, &rule.params);
         // Only the primary owning this key's slot matters: keys of healthy primaries
         // keep going to Redis while another primary is down.
@@ -350,76 +357,35 @@ impl Limiter {
             Some(p) => self.circuit.is_open() && p.health.is_open(),
             None => true,
         };
-        let Some(primary) = primary.filter(|_| !bypass) else {
+        let primary = primary.filter(|_| !bypass);
+        let ask = |primary| ask::Ask {
+            limiter: Arc::clone(self),
+            redis: Arc::clone(redis),
+            primary,
+            entry: Arc::clone(entry),
+            redis_key,
+            key,
+            cost,
+            generation,
+        };
+        // This request claimed the refresh of an expired cached DENY: it is answered
+        // from the entry like the others, and a dry run refreshes the entry in the
+        // background (unless the primary is down or the daemon at its cap of calls in
+        // flight to Redis: then the entry lapses at the end of its grace).
+        if let Some(cached) = refresh {
+            if let (Some(primary), Some(slot)) = (primary, peer.background_slot()) {
+                ask(primary).refresh(slot);
+            }
+            return decided(cached);
+        }
+        let Some(primary) = primary else {
             let now = clock.now_us();
             return decided(decide_without_redis(&self.local, rule, key, cost, now));
         };
         let Some(slot) = peer.redis_slot() else {
             return self.no_redis_slot(entry, key, cost, peer);
         };
-        let this = Arc::clone(self);
-        let redis = Arc::clone(redis);
-        let entry = Arc::clone(entry);
-        Check::Redis(Box::pin(async move {
-            let rule = &entry.rule;
-            let asked = Instant::now();
-            let asked_us = local_clock_us();
-            // The call owns what it needs and the slot: if the reply goes out on the
-            // timeout, or the client goes away, it finishes on its own and frees the
-            // slot only when Redis is done with it.
-            let mut call = UntilDone::new(
-                {
-                    let (redis, primary) = (Arc::clone(&redis), Arc::clone(&primary));
-                    let (key, params) = (redis_key.clone(), rule.params);
-                    async move {
-                        let outcome = redis.decide(&primary, &key, &params, cost).await;
-                        drop(slot);
-                        outcome
-                    }
-                },
-                SLOT_HELD_AT_MOST,
-            );
-            // Bounded by redis.timeout_ms (plus one more when this process was late);
-            // the primary's breaker hears how it went.
-            let answer = redis.bounded(&primary, &mut call).await;
-            drop(call);
-            this.redis_calls.took(asked.elapsed());
-            let decision = match answer {
-                Ok(o) => {
-                    let d = Decision {
-                        allowed: o.allowed,
-                        limit: rule.limit(),
-                        remaining: o.remaining,
-                        reset_ms: o.reset_ms,
-                        wait_ms: o.wait_ms,
-                        source: Source::Redis,
-                    };
-                    // Not remembered if a reload cleared the cache meanwhile (its
-                    // generation moved on): this DENY was computed with the old limits.
-                    this.cache
-                        .remember(key, cost, &d, asked_us, generation, refresh);
-                    if rule.on_redis_failure == OnRedisFailure::Local {
-                        this.local.observe(key, rule, &o, local_clock_us());
-                    }
-                    d
-                }
-                Err(StoreError::Unavailable { kind, .. }) => {
-                    this.redis_calls.failed(kind);
-                    decide_without_redis(&this.local, rule, key, cost, local_clock_us())
-                }
-                Err(e) => {
-                    // This key's problem, not Redis's: decide it locally.
-                    this.redis_calls.failed("key");
-                    this.log_key_error(&rule.name, redis_key.as_str(), &e);
-                    decide_without_redis(&this.local, rule, key, cost, local_clock_us())
-                }
-            };
-            entry.counters.record(&decision);
-            Decided {
-                decision,
-                window_ms: rule.window_ms,
-            }
-        }))
+        Check::Redis(Box::pin(ask(primary).decide(slot)))
     }
 
     /// The answer when `peer` holds its share of the requests in flight to Redis (or the

@@ -92,17 +92,27 @@ fn out_of_memory_opens_the_circuit_once_and_recovers() {
     eprintln!("back to redis {:?} after OOM ended", t.elapsed());
 }
 
-/// A hot denied key whose cached DENY keeps expiring: one request per expiry re-asks
-/// Redis while the others keep the cached DENY, and once Redis's state is gone (a
-/// flush) the key is admitted again within `ttl_ms` plus the refresh grace (twice
-/// `timeout_ms`).
+/// EVALSHA calls `redis` has served so far (`INFO commandstats`).
+fn script_calls(redis: &RedisStandalone) -> u64 {
+    let info = redis_text(&redis.addr(), &["INFO", "commandstats"]).unwrap_or_default();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|r| r.split(',').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
+/// A hot denied key whose cached DENY keeps expiring: one dry run per expiry re-asks
+/// Redis while every request, the one that found it expired included, keeps the cached
+/// DENY, and once Redis's state is gone (a flush) the key is admitted again within
+/// `ttl_ms` plus the refresh grace (twice `timeout_ms`).
 #[test]
 fn an_expiring_hot_deny_is_refreshed_by_one_request() {
     const TTL_MS: u64 = 100;
     const GRACE_MS: u64 = 2 * 25;
     let redis = RedisStandalone::start();
     let config = format!(
-        "{}\n[cache]\nttl_ms = {TTL_MS}\n",
+        "{}\n[cache]\nttl_ms = {TTL_MS}\n[fallback]\nhosts = 1\n",
         standalone_config(&redis)
     );
     let d = Daemon::start(&config);
@@ -112,6 +122,7 @@ fn an_expiring_hot_deny_is_refreshed_by_one_request() {
         assert!(parse_reply(&c.request("CHECK big h")).allowed());
     }
     assert_eq!(parse_reply(&c.request("CHECK big h")).source, "redis");
+    let calls_before = script_calls(&redis);
     // 8 connections, 16 requests in flight each, for 1.5 s.
     let run = Duration::from_millis(1500);
     let started = Instant::now();
@@ -139,17 +150,22 @@ fn an_expiring_hot_deny_is_refreshed_by_one_request() {
     let total: u64 = counts.iter().map(|c| c.0).sum();
     let from_redis: u64 = counts.iter().map(|c| c.1).sum();
     let elapsed_ms = started.elapsed().as_millis() as u64;
+    let calls = script_calls(&redis) - calls_before;
     // Each entry answers TTL_MS from its own asking: at most one refresh per TTL_MS,
     // plus racing claimants (two lookups before the first one's mark lands); twice
     // that is the bound. Without the refresh claim every request in flight (up to 128)
     // went to Redis at each expiry.
     let bound = 2 * (elapsed_ms / TTL_MS + 2);
-    eprintln!("{total} DENYs in {elapsed_ms} ms, {from_redis} from Redis (bound {bound})");
-    assert!(from_redis <= bound, "{from_redis} Redis calls > {bound}");
-    assert!(
-        total > 10 * from_redis,
-        "{total} requests, {from_redis} to Redis"
+    eprintln!(
+        "{total} DENYs in {elapsed_ms} ms: {calls} Redis calls (bound {bound}), \
+         {from_redis} replies from Redis"
     );
+    assert!(calls <= bound, "{calls} Redis calls > {bound}");
+    assert!(
+        from_redis <= bound,
+        "{from_redis} replies from Redis > {bound}"
+    );
+    assert!(total > 10 * calls, "{total} requests, {calls} Redis calls");
 
     // Redis loses its state: a request decided later than TTL_MS + GRACE_MS after the
     // flush can no longer be answered by an entry asked before it.
@@ -170,4 +186,77 @@ fn an_expiring_hot_deny_is_refreshed_by_one_request() {
         );
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// The request that finds a cached DENY expired is answered from the cache like the
+/// others; the refresh reaches Redis without it, as a dry run that takes nothing. Then,
+/// after a flush, the refresh's ALLOW drops the entry, writes nothing, and the next
+/// request is decided by Redis on a full bucket.
+#[test]
+fn the_request_that_claims_a_refresh_is_answered_from_the_cache() {
+    // ttl 100 ms; the refresh grace is 2 × timeout_ms = 400 ms: a request 150 ms after
+    // the DENY finds the entry expired and within its grace.
+    let redis = RedisStandalone::start();
+    let config = standalone_config(&redis).replace("timeout_ms = 25", "timeout_ms = 200");
+    // One host: no heartbeat EVALSHA to count as a refresh.
+    let d = Daemon::start(&format!(
+        "{config}\n[cache]\nttl_ms = 100\n[fallback]\nhosts = 1\n"
+    ));
+    let mut c = d.connect();
+    for _ in 0..50 {
+        assert!(parse_reply(&c.request("CHECK big k")).allowed());
+    }
+    let denied = parse_reply(&c.request("CHECK big k"));
+    assert_eq!(
+        (denied.verdict.as_str(), denied.source.as_str()),
+        ("DENY", "redis")
+    );
+    let bucket = || redis.cli(&["HMGET", "rl:{big:k}:tb", "t", "ts"]);
+    let (state, calls) = (bucket(), script_calls(&redis));
+
+    for round in 0..2 {
+        std::thread::sleep(Duration::from_millis(150));
+        let r = parse_reply(&c.request("CHECK big k"));
+        assert_eq!(
+            (r.verdict.as_str(), r.source.as_str()),
+            ("DENY", "cache"),
+            "round {round}: the claimant waits for no round trip"
+        );
+        assert!(
+            wait_until(Duration::from_secs(2), || script_calls(&redis)
+                > calls + round),
+            "round {round}: no refresh reached Redis"
+        );
+        assert_eq!(
+            bucket(),
+            state,
+            "round {round}: the dry run wrote the bucket"
+        );
+        // The next round's claim shows that the refresh replaced the entry: the
+        // extended one (until 500 ms after the DENY) would answer without a claim.
+    }
+
+    // The state is gone: the next refresh comes back ALLOW and writes nothing.
+    assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
+    let calls = script_calls(&redis);
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(parse_reply(&c.request("CHECK big k")).source, "cache");
+    assert!(wait_until(Duration::from_secs(2), || script_calls(&redis) > calls));
+    assert_eq!(
+        redis.cli(&["EXISTS", "rl:{big:k}:tb"]),
+        "0",
+        "the dry run wrote"
+    );
+    // Cache hits until the daemon has read the dry run's ALLOW (they take nothing).
+    let mut r = parse_reply(&c.request("CHECK big k"));
+    let read_by = Instant::now() + Duration::from_secs(2);
+    while r.source == "cache" && Instant::now() < read_by {
+        std::thread::sleep(Duration::from_millis(5));
+        r = parse_reply(&c.request("CHECK big k"));
+    }
+    assert_eq!(
+        (r.verdict.as_str(), r.remaining, r.source.as_str()),
+        ("ALLOW", 49, "redis"),
+        "the entry is dropped and the dry run took nothing"
+    );
 }

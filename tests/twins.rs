@@ -7,7 +7,9 @@
 //! * for the algorithms that take leases, the lease script (`lua/lease_*.lua`) asking for
 //!   no lease (the per-request call of a cold key under `lease = "auto"`),
 //!
-//! and every field of every decision must be identical.
+//! and every field of every decision must be identical. Each Lua decision is preceded
+//! by a dry run of the same request (the deny cache's refresh), which must reply the
+//! same and leave the state as it found it.
 
 mod common;
 mod reference;
@@ -68,12 +70,39 @@ fn lua_call(params: &Params, cost: u64) -> (&'static str, Vec<String>) {
     }
 }
 
-fn lua_decide(key: &str, params: &Params, cost: u64, now_us: u64) -> Vec<i64> {
+/// The Lua twin's decision; `dry`: a dry run (ARGV[5] = "1"), which must reply the
+/// same and write nothing that changes a later decision.
+fn lua_decide(key: &str, params: &Params, cost: u64, now_us: u64, dry: bool) -> Vec<i64> {
     let (script, mut args) = lua_call(params, cost);
     args.push(now_us.to_string());
+    if dry {
+        args.push("1".to_string());
+    }
     let mut cmd = vec!["EVAL", script, "1", key];
     cmd.extend(args.iter().map(String::as_str));
     ints(redis_command(&redis().addr(), &cmd).expect("EVAL"))
+}
+
+/// What a dry run at `now_us` must leave as it found it: the key's serialized value and
+/// its expiry (for the sliding window log, the entries still in the window and, if
+/// any, the expiry: a dry run may trim older ones, as the real call would, which
+/// changes no decision).
+fn state_of(key: &str, params: &Params, now_us: u64) -> String {
+    let addr = redis().addr();
+    let live = match params {
+        Params::SlidingWindowLog(w) => {
+            let after = format!("({:.0}", now_us as f64 - w.window);
+            redis_command(&addr, &["ZRANGEBYSCORE", key, &after, "+inf", "WITHSCORES"])
+        }
+        _ => redis_command(&addr, &["DUMP", key]),
+    };
+    let live = live.expect("read");
+    // A log trimmed of all its entries is gone, expiry and all: the same decisions.
+    if live == Resp::Array(Some(vec![])) {
+        return format!("{live:?}");
+    }
+    let expiry = redis_command(&addr, &["PEXPIRETIME", key]).expect("PEXPIRETIME");
+    format!("{live:?} {expiry:?}")
 }
 
 /// The lease script of `params`' algorithm asked for no lease (a cold key's call): its
@@ -142,7 +171,20 @@ fn agree(
             o.reset_ms as i64,
             o.wait_ms as i64,
         ];
-        let lua = lua_decide(&key, &params, cost, now);
+        // A dry run first: it leaves the state as it found it, and the real call after
+        // it must still agree with the model.
+        let before = state_of(&key, &params, now);
+        let peek = lua_decide(&key, &params, cost, now, true);
+        prop_assert_eq!(
+            &state_of(&key, &params, now),
+            &before,
+            "the dry run wrote, step {} cost {} at {} µs, {:?}",
+            i,
+            cost,
+            now,
+            params
+        );
+        let lua = lua_decide(&key, &params, cost, now, false);
         if let Some(leased) = lua_lease_decide(&format!("{key}:lease"), &params, cost, now) {
             prop_assert_eq!(
                 &leased,
@@ -167,6 +209,15 @@ fn agree(
             &lua,
             &expected,
             "Lua twin vs model, step {} cost {} at {} µs, {:?}",
+            i,
+            cost,
+            now,
+            params
+        );
+        prop_assert_eq!(
+            &peek,
+            &expected,
+            "Lua dry run vs model, step {} cost {} at {} µs, {:?}",
             i,
             cost,
             now,
@@ -257,4 +308,36 @@ proptest! {
         let p = Params::SlidingWindowCounter(WindowParams::shared(limit, window, hosts));
         agree(p, limit, start, &steps)?;
     }
+}
+
+/// A sliding window log of the earlier format (members `"<µs>:<units>"`, no running
+/// totals) is rewritten by the first call, a dry run included, and keeps its TTL.
+#[test]
+fn a_legacy_log_is_rewritten_by_a_dry_run_and_keeps_its_ttl() {
+    let addr = redis().addr();
+    let key = "twin:{legacy}";
+    let now = 1_700_000_000_000_000u64;
+    let (a, b) = ((now - 2_000).to_string(), (now - 1_000).to_string());
+    let (ma, mb) = (format!("{a}:2"), format!("{b}:1"));
+    redis_command(&addr, &["ZADD", key, &a, &ma, &b, &mb]).expect("ZADD");
+    redis_command(&addr, &["PEXPIRE", key, "60000"]).expect("PEXPIRE");
+    // 5 per 1 s; 3 units logged in the window: a cost of 1 fits, leaving 1.
+    let p = Params::SlidingWindowLog(WindowParams::shared(5, 1000, 1));
+    let peek = lua_decide(key, &p, 1, now, true);
+    assert_eq!(&peek[..2], &[1, 1], "dry run {peek:?}");
+    let members = redis_command(&addr, &["ZRANGE", key, "0", "-1"]).expect("ZRANGE");
+    assert_eq!(
+        format!("{members:?}"),
+        format!(
+            "{:?}",
+            Resp::Array(Some(vec![
+                Resp::Bulk(Some(format!("{a}:2:0:2").into_bytes())),
+                Resp::Bulk(Some(format!("{b}:3:0:1").into_bytes())),
+            ]))
+        ),
+        "rewritten with running totals, nothing admitted"
+    );
+    let pttl = redis_text(&addr, &["PTTL", key]).expect("PTTL");
+    assert!(pttl.parse::<i64>().unwrap_or(-1) > 0, "PTTL {pttl}");
+    assert_eq!(lua_decide(key, &p, 1, now, false), peek, "the real call");
 }

@@ -400,7 +400,8 @@ impl RedisStore {
 
     /// Decides `cost` units for `key` on `primary` (its owner, [`RedisStore::route`])
     /// with EVALSHA of `params`' script, unbounded; [`RedisStore::bounded`] bounds it.
-    /// Re-loads the scripts on `NOSCRIPT` (one caller for all) and retries.
+    /// Re-loads the scripts on `NOSCRIPT` (one caller for all) and retries. With `peek`,
+    /// a dry run ([`scripts::peek_args`]): the same reply, nothing taken or written.
     ///
     /// # Errors
     /// What Redis or the connection reports, or a malformed script reply.
@@ -410,11 +411,14 @@ impl RedisStore {
         key: &StoreKey,
         params: &Params,
         cost: u32,
+        peek: bool,
     ) -> Result<Outcome, Error> {
         let script = self.scripts.of(params.kind());
-        let reply = self
-            .run_script(primary, script, key, || scripts::args(params, cost))
-            .await?;
+        let args = || match peek {
+            false => scripts::args(params, cost),
+            true => scripts::peek_args(params, cost),
+        };
+        let reply = self.run_script(primary, script, key, args).await?;
         scripts::outcome(&reply)
     }
 

@@ -105,6 +105,17 @@ pub fn args(params: &Params, cost: u32) -> Vec<Value> {
     params.script_args(cost).into_iter().map(value).collect()
 }
 
+/// The arguments of a dry run of `cost` units under `params`: [`args`], then `""` for
+/// "now" (Redis TIME) and `"1"`. The script replies as the same request would be
+/// answered and writes nothing (lua/prelude.lua): the deny cache refreshes an entry
+/// with it, a request no client waits for and nothing may be taken by.
+pub fn peek_args(params: &Params, cost: u32) -> Vec<Value> {
+    let mut args = args(params, cost);
+    args.push(Value::from(""));
+    args.push(Value::from("1"));
+    args
+}
+
 fn value(arg: Arg) -> Value {
     match arg {
         // An integer-valued double (a count of µ-units or µs) is sent as an integer; a

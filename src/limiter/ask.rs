@@ -1,0 +1,161 @@
+//! Asking Redis: the decision a client waits for, and the deny cache's refresh, which
+//! no client waits for.
+//!
+//! Both run the key's script on the primary owning its slot, hold a Redis slot until
+//! Redis answers (the peer's for a decision, the daemon's cap only for a refresh), wait at most `redis.timeout_ms` (the primary's breaker
+//! hears how it went) and remember a DENY in the deny cache. The decision is then
+//! answered, or decided without Redis when Redis failed. The refresh is a dry run: the
+//! script replies as it would to the request but takes nothing, since nobody is
+//! admitted by it; the request that claimed it was already answered from the cache.
+
+use super::{Decided, Entry, Limiter, SLOT_HELD_AT_MOST};
+use crate::admission::{RedisSlot, UntilDone};
+use crate::algorithm::Outcome;
+use crate::clock::local_clock_us;
+use crate::config::{OnRedisFailure, Rule};
+use crate::decision::{Decision, Source};
+use crate::fallback::decide_without_redis;
+use crate::key::KeyHash;
+use crate::store::topology::Primary;
+use crate::store::{Store, StoreError, StoreKey};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// One decision to ask Redis for: everything the call and the reading of its answer
+/// need, owned, so that it can run on a task of its own.
+pub(super) struct Ask {
+    pub(super) limiter: Arc<Limiter>,
+    pub(super) redis: Arc<Store>,
+    /// The owner of `redis_key`'s slot.
+    pub(super) primary: Arc<Primary>,
+    pub(super) entry: Arc<Entry>,
+    pub(super) redis_key: StoreKey,
+    /// The key of the deny cache and the local buckets.
+    pub(super) key: KeyHash,
+    pub(super) cost: u32,
+    /// The deny cache's generation, read before the rule was looked up (a reload bumps
+    /// it after putting its rules in force).
+    pub(super) generation: u64,
+}
+
+impl Ask {
+    /// The decision a client waits for: Redis's, or on a Redis failure the rule's
+    /// `on_redis_failure`, never an error.
+    pub(super) async fn decide(self, slot: RedisSlot) -> Decided {
+        let rule = &self.entry.rule;
+        let decision = match self.call(slot, false).await {
+            Ok(o) => {
+                if rule.on_redis_failure == OnRedisFailure::Local {
+                    self.limiter
+                        .local
+                        .observe(self.key, rule, &o, local_clock_us());
+                }
+                redis_decision(rule, &o)
+            }
+            Err(_) => decide_without_redis(
+                &self.limiter.local,
+                rule,
+                self.key,
+                self.cost,
+                local_clock_us(),
+            ),
+        };
+        self.entry.counters.record(&decision);
+        Decided {
+            decision,
+            window_ms: rule.window_ms,
+        }
+    }
+
+    /// Starts the refresh of the deny cache's entry for this key on a task of its own:
+    /// a dry run whose DENY replaces the entry and whose ALLOW drops it (the next request
+    /// asks Redis for real). A failure leaves the entry to lapse at the end of its grace.
+    /// Outside a Tokio runtime nothing starts, with the same effect.
+    pub(super) fn refresh(self, slot: RedisSlot) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let rule = &self.entry.rule;
+                // The dry run's DENY is the real one (a DENY takes nothing): the local
+                // bucket follows it, as after any decision from Redis.
+                if let Ok(o) = self.call(slot, true).await {
+                    if !o.allowed && rule.on_redis_failure == OnRedisFailure::Local {
+                        self.limiter
+                            .local
+                            .observe(self.key, rule, &o, local_clock_us());
+                    }
+                }
+            });
+        }
+    }
+
+    /// Runs the script (a dry run with `peek`), bounded by `redis.timeout_ms`, and
+    /// remembers a DENY in the deny cache (with `peek`, an ALLOW drops the entry whose
+    /// refresh this is). Counts the call and its failure in the metrics; a failure of
+    /// this key's own is logged when a request is decided without Redis because of it
+    /// (not for a dry run: the next request's call logs it).
+    ///
+    /// # Errors
+    /// The [`StoreError`] of a failed call, already counted.
+    async fn call(&self, slot: RedisSlot, peek: bool) -> Result<Outcome, StoreError> {
+        let rule = &self.entry.rule;
+        let asked = Instant::now();
+        let asked_us = local_clock_us();
+        // The call owns what it needs and the slot: if the reply goes out on the
+        // timeout, or the client goes away, it finishes on its own and frees the slot
+        // only when Redis is done with it.
+        let mut call = UntilDone::new(
+            {
+                let (redis, primary) = (Arc::clone(&self.redis), Arc::clone(&self.primary));
+                let (key, params, cost) = (self.redis_key.clone(), rule.params, self.cost);
+                async move {
+                    let outcome = redis.decide(&primary, &key, &params, cost, peek).await;
+                    drop(slot);
+                    outcome
+                }
+            },
+            SLOT_HELD_AT_MOST,
+        );
+        // Bounded by redis.timeout_ms (plus one more when this process was late); the
+        // primary's breaker hears how it went.
+        let answer = self.redis.bounded(&self.primary, &mut call).await;
+        drop(call);
+        let limiter = &self.limiter;
+        limiter.redis_calls.took(asked.elapsed());
+        match answer {
+            Ok(o) => {
+                // Not remembered if a reload cleared the cache meanwhile (its generation
+                // moved on): this DENY was computed with the old limits.
+                let d = redis_decision(rule, &o);
+                limiter
+                    .cache
+                    .remember(self.key, self.cost, &d, asked_us, self.generation, peek);
+                Ok(o)
+            }
+            Err(e) => {
+                match &e {
+                    StoreError::Unavailable { kind, .. } => limiter.redis_calls.failed(kind),
+                    // This key's problem, not Redis's.
+                    _ => {
+                        limiter.redis_calls.failed("key");
+                        if !peek {
+                            limiter.log_key_error(&rule.name, self.redis_key.as_str(), &e);
+                        }
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Redis's answer `o` under `rule`, as the reply states it.
+fn redis_decision(rule: &Rule, o: &Outcome) -> Decision {
+    Decision {
+        allowed: o.allowed,
+        limit: rule.limit(),
+        remaining: o.remaining,
+        reset_ms: o.reset_ms,
+        wait_ms: o.wait_ms,
+        source: Source::Redis,
+    }
+}
