@@ -49,10 +49,10 @@ local function member(ts, cum, x, units)
 end
 
 -- Rewrites every member with running totals (members of an earlier format, whose last
--- field is the units); expiry 0, so the next decision stores one. The key keeps its
--- TTL (removing its only member deletes it), also in a dry run, which stores nothing.
+-- field is the units); expiry 0, so the next decision stores one. Each new member is
+-- added before the old one goes, so the key is never empty and keeps its TTL (also in a
+-- dry run, which stores none).
 local function migrate()
-  local pttl = redis.call('PTTL', KEYS[1])
   local flat = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
   local cum = 0
   for i = 1, #flat / 2 do
@@ -60,11 +60,8 @@ local function migrate()
     local ts = tonumber(string.match(m, '^(%d+):'))
     local units = tonumber(string.match(m, ':(%d+)$'))
     cum = cum + units
-    redis.call('ZREM', KEYS[1], m)
     redis.call('ZADD', KEYS[1], flat[2 * i], member(ts, cum, 0, units))
-  end
-  if pttl > 0 then
-    redis.call('PEXPIRE', KEYS[1], pttl)
+    redis.call('ZREM', KEYS[1], m)
   end
 end
 
