@@ -371,7 +371,8 @@ fi
 log "c-d: daemon, redis.mode = standalone (127.0.0.1:$PORT)"
 if start_daemon standalone; then
     # c: exhaust one key of the slow rule, then hammer it: DENYs from the deny cache
-    # (each cached DENY lives cache.ttl_ms = 500 ms, then one round goes to Redis).
+    # (each cached DENY lives cache.ttl_ms = 500 ms; a dry run in the background then
+    # refreshes it, which no request waits for).
     "$LOADGEN" --socket "$RLSOCK" --conns 1 --depth $((CAPACITY * 2)) --warmup 0s \
         --duration 5s --max-requests $((CAPACITY * 2)) --request 'CHECK hot k\n' >/dev/null || true
     if lg_once 'CHECK hot k\n' DENY >/dev/null; then
@@ -537,8 +538,9 @@ baseline() { # scenario -> the scenario it is compared with
     echo "\"vs\" is rps ÷ the baseline's rps for the same shape: b, u, v, g, c and k against a, d against e, f and s,"
     echo "h (metrics on) against g and i (metrics on) against c."
     echo "\"off-path\" counts replies that did not take the path under test (b: not \`ALLOW … local\`;"
-    echo "c: not \`DENY … cache\`: each cached DENY lives cache.ttl_ms = 500 ms, then the requests"
-    echo "in flight go to Redis; g: not \`DENY … local\`; d: not \`ALLOW … redis\`)."
+    echo "c, k: not \`DENY … cache\`: a cached DENY is refreshed in the background every cache.ttl_ms ="
+    echo "500 ms, so only a key not asked for past its ttl and grace goes to Redis; g: not"
+    echo "\`DENY … local\`; d: not \`ALLOW … redis\`)."
     echo "CPU is the server processes' CPU time ÷ wall time (cores): a, b, u, v, g: the server; c, k, d: daemon + Redis; e, f, s: Redis."
     echo
     echo "| scenario | shape | rps | vs | p50 µs | p99 µs | off-path | CPU | note |"
