@@ -149,7 +149,7 @@ impl Ask {
 }
 
 /// Redis's answer `o` under `rule`, as the reply states it.
-fn redis_decision(rule: &Rule, o: &Outcome) -> Decision {
+pub(super) fn redis_decision(rule: &Rule, o: &Outcome) -> Decision {
     Decision {
         allowed: o.allowed,
         limit: rule.limit(),

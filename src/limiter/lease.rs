@@ -112,14 +112,7 @@ impl Limiter {
                     if rule.on_redis_failure == OnRedisFailure::Local {
                         this.local.observe(key, &rule, &o, local_clock_us());
                     }
-                    Decision {
-                        allowed: o.allowed,
-                        limit: rule.limit(),
-                        remaining: o.remaining,
-                        reset_ms: o.reset_ms,
-                        wait_ms: o.wait_ms,
-                        source: Source::Redis,
-                    }
+                    super::ask::redis_decision(&rule, &o)
                 }
                 Err(e) => {
                     slot.failed();
