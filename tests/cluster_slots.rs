@@ -65,6 +65,76 @@ plain_and_tls!(
     a_failed_primary_is_replaced_by_its_replica
 );
 
+/// The hash slot of `key` (by `CLUSTER KEYSLOT`).
+fn slot_of(cluster: &TestCluster, key: &str) -> u16 {
+    cluster
+        .cli(&cluster.addrs()[0], &["CLUSTER", "KEYSLOT", key])
+        .parse()
+        .unwrap()
+}
+
+/// A slot moved by hand from its owner to another primary, as a reshard does it.
+struct Migration {
+    slot: u16,
+    /// The old owner, `host:port`.
+    src: String,
+    /// The new owner, `host:port`, and its node id.
+    dst: String,
+    dst_id: String,
+}
+
+impl Migration {
+    /// Starts moving `key`'s slot to another primary: `IMPORTING` on the new owner,
+    /// `MIGRATING` on the old one, then `key` copied over (`MIGRATE`, as the admin over
+    /// TLS). From then on the old owner answers `ASK` for `key`.
+    fn start(cluster: &TestCluster, flavor: Flavor, key: &str) -> Migration {
+        let slot = slot_of(cluster, key);
+        let (src, src_id) = owner_of(cluster, slot);
+        let dst = cluster
+            .primary_addrs()
+            .into_iter()
+            .find(|a| *a != src)
+            .unwrap();
+        let dst_id = cluster.cli(&dst, &["CLUSTER", "MYID"]);
+        let dst_port = dst.rsplit(':').next().unwrap();
+        let setslot = |node: &str, state: &str, id: &str| {
+            let out = cluster.cli(node, &["CLUSTER", "SETSLOT", &slot.to_string(), state, id]);
+            assert_eq!(out, "OK", "SETSLOT {slot} {state} on {node}");
+        };
+        setslot(&dst, "IMPORTING", &src_id);
+        setslot(&src, "MIGRATING", &dst_id);
+        let mut migrate = vec!["MIGRATE", "127.0.0.1", dst_port, "", "0", "5000"];
+        if flavor == Flavor::TlsAcl {
+            migrate.extend(["AUTH2", ADMIN_USER, ADMIN_PASSWORD]);
+        }
+        migrate.extend(["KEYS", key]);
+        assert_eq!(cluster.cli(&src, &migrate), "OK", "MIGRATE");
+        Migration {
+            slot,
+            src,
+            dst,
+            dst_id,
+        }
+    }
+
+    /// Ends it: every primary gives the slot to the new owner (`SETSLOT NODE`), and the
+    /// old owner answers `MOVED` for it.
+    fn finish(&self, cluster: &TestCluster) {
+        for node in cluster.primary_addrs() {
+            cluster.cli(
+                &node,
+                &[
+                    "CLUSTER",
+                    "SETSLOT",
+                    &self.slot.to_string(),
+                    "NODE",
+                    &self.dst_id,
+                ],
+            );
+        }
+    }
+}
+
 fn a_migrated_slot_is_followed_with_its_state(flavor: Flavor) {
     let cluster = TestCluster::start(flavor);
     let d = Daemon::start(&config(&cluster));
@@ -74,54 +144,11 @@ fn a_migrated_slot_is_followed_with_its_state(flavor: Flavor) {
         let r = parse_reply(&c.request("CHECK tb mover"));
         assert_eq!((r.remaining, r.source.as_str()), (9 - i, "redis"), "{r:?}");
     }
-    let slot: u16 = cluster
-        .cli(&cluster.addrs()[0], &["CLUSTER", "KEYSLOT", key])
-        .parse()
-        .unwrap();
-    let (src, src_id) = owner_of(&cluster, slot);
-    let dst = cluster
-        .primary_addrs()
-        .into_iter()
-        .find(|a| *a != src)
-        .unwrap();
-    let dst_id = cluster.cli(&dst, &["CLUSTER", "MYID"]);
-    let dst_port = dst.rsplit(':').next().unwrap();
 
     // The slot moves: importing, migrating, the key copied over. Meanwhile the old
     // owner answers ASK for it, and the daemon follows it: ASKING, then the script on
     // the new owner, with the state that moved.
-    assert_eq!(
-        cluster.cli(
-            &dst,
-            &[
-                "CLUSTER",
-                "SETSLOT",
-                &slot.to_string(),
-                "IMPORTING",
-                &src_id
-            ]
-        ),
-        "OK"
-    );
-    assert_eq!(
-        cluster.cli(
-            &src,
-            &[
-                "CLUSTER",
-                "SETSLOT",
-                &slot.to_string(),
-                "MIGRATING",
-                &dst_id
-            ]
-        ),
-        "OK"
-    );
-    let mut migrate = vec!["MIGRATE", "127.0.0.1", dst_port, "", "0", "5000"];
-    if flavor == Flavor::TlsAcl {
-        migrate.extend(["AUTH2", ADMIN_USER, ADMIN_PASSWORD]);
-    }
-    migrate.extend(["KEYS", key]);
-    assert_eq!(cluster.cli(&src, &migrate), "OK", "MIGRATE");
+    let m = Migration::start(&cluster, flavor, key);
     let during = parse_reply(&c.request("CHECK tb mover 0"));
     assert_eq!(
         (during.source.as_str(), during.remaining),
@@ -142,24 +169,125 @@ fn a_migrated_slot_is_followed_with_its_state(flavor: Flavor) {
 
     // The slot is the new owner's: the old one answers MOVED, the daemon refreshes its
     // map and decides there, from the migrated state.
-    for node in cluster.primary_addrs() {
-        cluster.cli(
-            &node,
-            &["CLUSTER", "SETSLOT", &slot.to_string(), "NODE", &dst_id],
-        );
-    }
+    m.finish(&cluster);
     let (took, r) = until_source(&mut c, "mover", "redis", Duration::from_secs(5));
     assert_eq!(r.remaining, 6, "the state moved with the slot: {r:?}");
     let r = parse_reply(&c.request("CHECK tb mover"));
     assert_eq!((r.remaining, r.source.as_str()), (5, "redis"), "{r:?}");
     assert_eq!(
-        cluster.cli(&dst, &["EXISTS", key]),
+        cluster.cli(&m.dst, &["EXISTS", key]),
         "1",
         "decided on the new owner"
     );
-    eprintln!("{flavor:?}: slot {slot} {src} -> {dst}: during the move {}, back in Redis {took:?} after the MOVED", during.source);
+    eprintln!(
+        "{flavor:?}: slot {} {} -> {}: during the move {}, back in Redis {took:?} after the MOVED",
+        m.slot, m.src, m.dst, during.source
+    );
     assert!(took <= Duration::from_millis(1500), "{took:?}");
     cluster.assert_no_acl_denials();
+}
+
+/// Without `+asking` in the daemon's ACL (docs/PRODUCTION-REDIS.md, "The ACL user"), a
+/// key whose slot is migrating and which the old owner answers with `ASK` cannot be
+/// decided on its new owner: the `ASKING` is refused. The page says such a key is then
+/// decided locally, with a warning naming the refusal. This checks that fallback on
+/// the TLS cluster with the restricted user (the plain cluster has no ACL): every
+/// request for that key is answered from the local bucket, never an error nor a hang;
+/// the warning names the `NOPERM` for `asking`; keys of other slots, on the old owner
+/// and on the new one, are still decided in Redis (no breaker opens for a refusal that
+/// is one key's); and once the migration ends the key is decided in Redis again from
+/// the state that moved, untouched by the local decisions.
+#[test]
+fn an_ask_refused_for_want_of_asking_is_decided_locally() {
+    let flavor = Flavor::TlsAcl;
+    let cluster = TestCluster::start(flavor);
+    let d = Daemon::start(&config(&cluster));
+    let mut c = connect_in_redis(&d, "tb");
+    let key = "rl:{tb:mover}:tb";
+    let taken_in_redis = 3;
+    for i in 0..taken_in_redis {
+        let r = parse_reply(&c.request("CHECK tb mover"));
+        assert_eq!((r.remaining, r.source.as_str()), (9 - i, "redis"), "{r:?}");
+    }
+
+    // The daemon's user loses ASKING on every node, then the slot moves as in
+    // `a_migrated_slot_is_followed_with_its_state`.
+    for node in cluster.addrs() {
+        let out = cluster.cli(&node, &["ACL", "SETUSER", "ratelimitd", "-asking"]);
+        assert_eq!(out, "OK", "ACL SETUSER ratelimitd -asking on {node}");
+    }
+    let m = Migration::start(&cluster, flavor, key);
+    // A key in another slot of the old owner, and one of the new owner.
+    let other_of = |owner: &str| {
+        (0..200)
+            .map(|i| format!("other{i}"))
+            .find(|k| {
+                let s = slot_of(&cluster, &format!("tb:{k}"));
+                s != m.slot && owner_of(&cluster, s).0 == owner
+            })
+            .unwrap()
+    };
+    let others = [other_of(&m.src), other_of(&m.dst)];
+
+    // The old owner answers ASK, the new owner refuses the ASKING: decided locally,
+    // each request answered within a few redis.timeout_ms.
+    let mut slowest = Duration::ZERO;
+    for _ in 0..5 {
+        let asked = Instant::now();
+        let line = c.request("CHECK tb mover");
+        slowest = slowest.max(asked.elapsed());
+        let r = parse_reply(&line);
+        assert_eq!(r.source, "local", "{r:?}\n{}", d.log_tail(20));
+    }
+    assert!(slowest < Duration::from_secs(1), "{slowest:?}");
+    let refusal = "NOPERM this user has no permissions to run the 'asking' command";
+    let warning = || {
+        d.log()
+            .lines()
+            .find(|l| l.contains("Redis could not decide a key") && l.contains(refusal))
+            .map(str::to_string)
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || warning().is_some()),
+        "no warning naming the refused ASKING:\n{}",
+        d.log_tail(20)
+    );
+    let warning = warning().unwrap();
+    for other in &others {
+        let r = parse_reply(&c.request(&format!("CHECK tb {other} 0")));
+        assert_eq!(r.source, "redis", "{other}: {r:?}\n{}", d.log_tail(20));
+    }
+    assert!(
+        !d.log().contains("circuit open"),
+        "a refused ASKING opens no breaker:\n{}",
+        d.log()
+    );
+    assert!(
+        cluster.acl_denials().contains("asking"),
+        "the new owner logs the refused ASKING:\n{}",
+        cluster.acl_denials()
+    );
+
+    // The migration ends: MOVED, and the key is decided on its new owner, from the
+    // tokens taken in Redis before the move (the local decisions took none there).
+    m.finish(&cluster);
+    let (took, r) = until_source(&mut c, "mover", "redis", Duration::from_secs(5));
+    assert_eq!(r.remaining, 10 - taken_in_redis, "{r:?}");
+    let r = parse_reply(&c.request("CHECK tb mover"));
+    assert_eq!(
+        (r.remaining, r.source.as_str()),
+        (9 - taken_in_redis, "redis"),
+        "{r:?}"
+    );
+    assert_eq!(
+        cluster.cli(&m.dst, &["EXISTS", key]),
+        "1",
+        "decided on the new owner"
+    );
+    eprintln!(
+        "slot {} {} -> {} without +asking: 5 requests local (slowest {slowest:?}), back in Redis {took:?} after the MOVED; warning: {warning}",
+        m.slot, m.src, m.dst
+    );
 }
 
 fn a_failed_primary_is_replaced_by_its_replica(flavor: Flavor) {
@@ -171,19 +299,13 @@ fn a_failed_primary_is_replaced_by_its_replica(flavor: Flavor) {
         let r = parse_reply(&c.request("CHECK tb victim"));
         assert_eq!((r.remaining, r.source.as_str()), (9 - i, "redis"), "{r:?}");
     }
-    let slot: u16 = cluster
-        .cli(&cluster.addrs()[0], &["CLUSTER", "KEYSLOT", key])
-        .parse()
-        .unwrap();
+    let slot = slot_of(&cluster, key);
     let (old, _) = owner_of(&cluster, slot);
     // A key of another primary, to count how it is decided meanwhile.
     let other = (0..100)
         .map(|i| format!("other{i}"))
         .find(|k| {
-            let s: u16 = cluster
-                .cli(&old, &["CLUSTER", "KEYSLOT", &format!("tb:{k}")])
-                .parse()
-                .unwrap();
+            let s = slot_of(&cluster, &format!("tb:{k}"));
             owner_of(&cluster, s).0 != old
         })
         .unwrap();
