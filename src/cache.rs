@@ -50,7 +50,7 @@ pub enum Lookup {
     Refresh(Decision),
 }
 
-/// Bounded map from `"<rule>:<key>"` (as its [`TagKey`]) to the last DENY Redis returned
+/// Bounded map from `"<rule>:<key>"` (as its [`TagKey`](crate::key::TagKey)) to the last DENY Redis returned
 /// for it: moka, keyed by the 64-bit hash itself ([`Prehashed`]), LRU eviction and no
 /// time-to-live of moka's own (each entry carries its own expiry, checked on the
 /// monotonic local clock): a new DENY, the sign of a hot key, is always admitted, and

@@ -23,6 +23,10 @@
 //! * [`daemon`]: start-up, shutdown; [`signals`]: SIGTERM, SIGHUP and the reload; [`rlimit`]: the descriptor budget; [`systemd`]: notify, watchdog,
 //!   socket activation.
 
+// The docs are read with `cargo doc --document-private-items`: one module per concern,
+// and a module's doc may name the private parts it is made of.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod admission;
 pub mod algorithm;
 pub mod cache;

@@ -2,11 +2,12 @@
 //! Redis, or the fallback (docs/PROTOCOL.md, "Failure behaviour").
 //!
 //! It knows neither the wire format (the server parses requests and encodes replies)
-//! nor the Redis client (it talks to [`Store`] and gets [`StoreError`]s).
+//! nor the Redis client (it talks to [`Store`] and gets [`crate::store::StoreError`]s).
 //!
 //! ```text
 //! CHECK ─ rule? ─ peer allowed? ─ cost ≤ limit? ─┬─ mode none ──────────────► local twin (full limit)
 //!                                                ├─ cached DENY ────────────► cache
+//!                                                ├─ its ttl just over ──────► cache; a dry run refreshes it in the background
 //!                                                ├─ key's primary open ─────► on_redis_failure
 //!                                                ├─ no Redis slot for uid ──► ERR BUSY
 //!                                                └─ EVALSHA within timeout ─┬► redis (DENY → cache)

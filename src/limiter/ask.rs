@@ -2,11 +2,12 @@
 //! no client waits for.
 //!
 //! Both run the key's script on the primary owning its slot, hold a Redis slot until
-//! Redis answers (the peer's for a decision, the daemon's cap only for a refresh), wait at most `redis.timeout_ms` (the primary's breaker
-//! hears how it went) and remember a DENY in the deny cache. The decision is then
-//! answered, or decided without Redis when Redis failed. The refresh is a dry run: the
-//! script replies as it would to the request but takes nothing, since nobody is
-//! admitted by it; the request that claimed it was already answered from the cache.
+//! Redis answers (the peer's for a decision, the daemon's cap only for a refresh), wait
+//! at most `redis.timeout_ms` (the primary's breaker hears how it went) and remember a
+//! DENY in the deny cache. The decision is then answered, or decided without Redis when
+//! Redis failed. The refresh is a dry run: the script replies as it would to the request
+//! but takes nothing, since nobody is admitted by it; the request that claimed it was
+//! already answered from the cache.
 
 use super::{Decided, Entry, Limiter, SLOT_HELD_AT_MOST};
 use crate::admission::{RedisSlot, UntilDone};

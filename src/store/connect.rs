@@ -19,7 +19,7 @@ pub const COMMAND_BUFFER: usize = 16_384;
 
 /// The fred server settings of `cfg`: seed nodes (cluster), the one node (standalone)
 /// or the sentinels (sentinel). With `tls_server_name`, the seeds' certificates are
-/// checked against that name (nodes learnt later get it from [`Tls::fred_config`]).
+/// checked against that name (nodes learnt later get it from [`Tls::fred_config`](super::tls::Tls::fred_config)).
 pub(super) fn servers(
     cfg: &RedisConfig,
     tls_name: Option<&str>,

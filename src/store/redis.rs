@@ -11,7 +11,7 @@
 //!   open) and re-loaded on `NOSCRIPT` (after a restart, a failover or `SCRIPT FLUSH`)
 //!   before one retry, by one caller for all the decisions in flight.
 //! * Cluster mode: the slot map is asked of a primary that answers (`CLUSTER SLOTS`)
-//!   every second, every [`PROBE_INTERVAL`] while a primary is open, and at once on a
+//!   every second, every [`PROBE_INTERVAL`](super::health::PROBE_INTERVAL) while a primary is open, and at once on a
 //!   `MOVED` or an `ASK` that could not be followed; a key that an `ASK` sends to the
 //!   new owner of a migrating slot is decided there when it can be ([`ask`]).
 //! * Nothing queues for an unreachable primary: decisions for its keys are not sent
