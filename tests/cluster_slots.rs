@@ -341,3 +341,223 @@ fn a_failed_primary_is_replaced_by_its_replica(flavor: Flavor) {
     assert!(back.1.remaining <= 10, "{:?}", back.1);
     cluster.assert_no_acl_denials();
 }
+
+/// `redis.timeout_ms` of a configuration made by [`config`].
+fn timeout_of(config: &str) -> Duration {
+    let ms = config
+        .lines()
+        .find_map(|l| l.strip_prefix("timeout_ms = "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("the test config sets redis.timeout_ms");
+    Duration::from_millis(ms)
+}
+
+/// A node of a plain cluster stopped (`SIGSTOP`, by its pid) until this is dropped
+/// (`SIGCONT`), on every path out of the test, a panic included.
+struct Frozen<'a> {
+    cluster: &'a RedisCluster,
+    addr: String,
+}
+
+impl<'a> Frozen<'a> {
+    fn new(cluster: &'a RedisCluster, addr: &str) -> Frozen<'a> {
+        cluster.signal_node(addr, libc::SIGSTOP);
+        Frozen {
+            cluster,
+            addr: addr.to_string(),
+        }
+    }
+}
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        self.cluster.signal_node(&self.addr, libc::SIGCONT);
+    }
+}
+
+/// While a slot migrates, a key already copied to the new owner is sent there by the
+/// old owner (`ASK`); when the new owner does not answer (frozen), the follow-up gives
+/// up within what is left of `redis.timeout_ms` and the key is decided locally with a
+/// warning naming the new owner (docs/PRODUCTION-REDIS.md: "while the new owner is down
+/// or slow"). The new owner's silence is not the old owner's failure: its breaker must
+/// not be charged, so the old owner's other keys keep being decided in Redis even under
+/// a run of follow-ups long enough to open a breaker had they counted. Checks that
+/// every such request is answered locally within a bound, never an error nor a hang;
+/// that the old owner's other keys stay in Redis and no breaker opens for it; that the
+/// warning names the new owner's timeout; and that once the new owner resumes and the
+/// migration ends, the key is decided in Redis again from the state that moved.
+#[test]
+fn a_frozen_new_owner_during_a_move_leaves_the_old_owner_healthy() {
+    let flavor = Flavor::Plain;
+    let cluster = TestCluster::start(flavor);
+    let TestCluster::Plain(nodes) = &cluster else {
+        unreachable!("a plain cluster")
+    };
+    let config = config(&cluster);
+    let timeout = timeout_of(&config);
+    let d = Daemon::start(&config);
+    let mut c = connect_in_redis(&d, "tb");
+    let key = "rl:{tb:mover}:tb";
+    let taken_in_redis = 3;
+    for i in 0..taken_in_redis {
+        let r = parse_reply(&c.request("CHECK tb mover"));
+        assert_eq!((r.remaining, r.source.as_str()), (9 - i, "redis"), "{r:?}");
+    }
+
+    // The slot moves as in `a_migrated_slot_is_followed_with_its_state`; the ASK is
+    // followed to the new owner while it answers (cost 0: nothing taken).
+    let m = Migration::start(&cluster, flavor, key);
+    let r = parse_reply(&c.request("CHECK tb mover 0"));
+    assert_eq!(
+        (r.source.as_str(), r.remaining),
+        ("redis", 10 - taken_in_redis),
+        "followed to the new owner before the freeze: {r:?}"
+    );
+    // Keys of three other slots of the old owner, each decided in Redis before.
+    let olds: Vec<String> = {
+        let mut slots = vec![m.slot];
+        let mut keys = Vec::new();
+        for i in 0..500 {
+            let k = format!("old{i}");
+            let s = slot_of(&cluster, &format!("tb:{k}"));
+            if !slots.contains(&s) && owner_of(&cluster, s).0 == m.src {
+                slots.push(s);
+                keys.push(k);
+                if keys.len() == 3 {
+                    break;
+                }
+            }
+        }
+        assert_eq!(keys.len(), 3, "three other slots of {}", m.src);
+        keys
+    };
+    for old in &olds {
+        let r = parse_reply(&c.request(&format!("CHECK tb {old}")));
+        assert_eq!(r.source, "redis", "{old}: {r:?}");
+    }
+
+    // A request may wait one redis.timeout_ms (100 ms here: the old owner's ASK, then the
+    // follow-up within what is left of it), and once more when the daemon itself was
+    // late (`bounded`), so 2 × timeout_ms; plus 400 ms for a loaded machine: 600 ms.
+    let bound = timeout * 2 + Duration::from_millis(400);
+    // The old owner's breaker opens on FAILURES_TO_OPEN = 3 failed calls in a row, no
+    // success between, spanning at least redis.timeout_ms (src/store/health.rs). Each
+    // round sends 3 requests for the mover back to back, each failing on the new owner
+    // after about one timeout_ms: the 1st to the 3rd failure span about 2 × timeout_ms
+    // (≥ timeout_ms), so had those failures been charged to the old owner, its breaker
+    // would open at each round's 3rd, and the old owner's keys asked right after would
+    // be decided locally (an open primary is bypassed at once). 2 rounds, 6 follow-ups:
+    // fewer than the 7 tokens left, so that what they cost in Redis shows (below).
+    //
+    // The freeze lasts about 2 × 3 × timeout_ms ≈ 0.6 s: shorter than the cluster's
+    // cluster-node-timeout (CLUSTER_NODE_TIMEOUT_MS = 2 s), so no peer marks the new
+    // owner PFAIL/FAIL and its replica does not fail over; and shorter than the
+    // daemon's client's unresponsive-connection limit (2 s), so the daemon's connection
+    // to it stays up and every follow-up meets the frozen node itself. Checked below.
+    let (rounds, followups_per_round) = (2, 3);
+    let mut followups = Vec::new();
+    let frozen = Frozen::new(nodes, &m.dst);
+    let frozen_at = Instant::now();
+    for round in 0..rounds {
+        for _ in 0..followups_per_round {
+            let asked = Instant::now();
+            let line = c.request("CHECK tb mover");
+            let took = asked.elapsed();
+            let r = parse_reply(&line);
+            assert_eq!(
+                r.source,
+                "local",
+                "round {round}: the frozen new owner's key: {r:?}\n{}",
+                d.log_tail(20)
+            );
+            assert!(
+                took <= bound,
+                "round {round}: answered in {took:?} (bound {bound:?})"
+            );
+            followups.push(took);
+        }
+        for old in &olds {
+            let r = parse_reply(&c.request(&format!("CHECK tb {old}")));
+            assert_eq!(
+                r.source,
+                "redis",
+                "round {round}: {old}, a key of the old owner {}: {r:?}\n{}",
+                m.src,
+                d.log_tail(20)
+            );
+        }
+    }
+    drop(frozen);
+    let frozen_for = frozen_at.elapsed();
+    assert!(
+        frozen_for < Duration::from_millis(CLUSTER_NODE_TIMEOUT_MS),
+        "frozen {frozen_for:?}, not shorter than cluster-node-timeout: the cluster may have \
+         reacted, the premise of this test does not hold"
+    );
+
+    let log = d.log();
+    let breaker_of_old: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            (l.contains("Redis primary down") || l.contains("circuit open")) && l.contains(&m.src)
+        })
+        .collect();
+    assert!(
+        breaker_of_old.is_empty(),
+        "the old owner {}'s breaker opened:\n{}",
+        m.src,
+        breaker_of_old.join("\n")
+    );
+    let cause = format!("(followed to {}: no answer within redis.timeout_ms)", m.dst);
+    let warning = log
+        .lines()
+        .find(|l| l.contains("Redis could not decide a key") && l.contains(&cause))
+        .unwrap_or_else(|| panic!("no warning naming {cause:?}:\n{}", d.log_tail(30)))
+        .to_string();
+
+    // The local decisions took nothing in Redis, but each follow-up had written its
+    // ASKING and EVALSHA to the frozen node before giving up, and a frozen Redis that
+    // resumes still runs them ("Charged twice", docs/DESIGN.md; docs/PROTOCOL.md): one
+    // token each, taken when it resumes, before anything sent after on that connection.
+    // The ASK is followed again (cost 0) and sees it.
+    let charged = u64::try_from(followups.len()).unwrap();
+    let expected = 10 - taken_in_redis - charged;
+    let (_, r) = until_source(&mut c, "mover", "redis", Duration::from_secs(5));
+    assert_eq!(
+        r.remaining, expected,
+        "the new owner resumed, each follow-up charged once there: {r:?}"
+    );
+
+    // The migration ends: MOVED, and the key is decided on its new owner from the state
+    // that moved.
+    m.finish(&cluster);
+    let (took, r) = until_source(&mut c, "mover", "redis", Duration::from_secs(5));
+    assert_eq!(
+        r.remaining, expected,
+        "the state moved with the slot: {r:?}"
+    );
+    let r = parse_reply(&c.request("CHECK tb mover"));
+    assert_eq!(
+        (r.verdict.as_str(), r.remaining, r.source.as_str()),
+        ("ALLOW", expected - 1, "redis"),
+        "{r:?}"
+    );
+    assert_eq!(
+        cluster.cli(&m.dst, &["EXISTS", key]),
+        "1",
+        "decided on the new owner"
+    );
+    let slowest = followups.iter().max().unwrap();
+    let fastest = followups.iter().min().unwrap();
+    eprintln!(
+        "slot {} {} -> {} (frozen {frozen_for:?}): {} requests local ({fastest:?}..{slowest:?}, \
+         bound {bound:?}), {} of the old owner's keys in Redis meanwhile; remaining {expected} \
+         after the resume ({charged} follow-ups run there), back in Redis {took:?} after the \
+         MOVED; warning: {warning}",
+        m.slot,
+        m.src,
+        m.dst,
+        followups.len(),
+        rounds * olds.len(),
+    );
+}
