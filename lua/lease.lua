@@ -137,7 +137,7 @@ end
 -- `n` is the key's last grant number. Returns the grant number.
 local function record_lease(key, units, deadline, n)
   local g = (n or 0) + 1
-  redis.call('HSET', key, 'n', string.format('%.0f', g), 'l:' .. holder,
-    string.format('%.0f %.0f %.0f', units, deadline, g))
+  redis.call('HSET', key, 'n', digits(g), 'l:' .. holder,
+    digits(units) .. ' ' .. digits(deadline) .. ' ' .. digits(g))
   return g
 end

@@ -21,6 +21,18 @@ local clock = now
 -- Set by each decision script from ARGV[5]; store() writes nothing when it is.
 local dry = false
 
+-- `v` as the digits Redis stores and PEXPIRE reads: no exponent, rounded to a whole
+-- number as '%.0f' does. A whole number below 2^53 (every count, µs and ms here, but
+-- not a shared capacity's fraction) takes the integer conversion '%d', several times
+-- cheaper than glibc's float printing, which was a tenth of a decision's instructions.
+local format = string.format
+local function digits(v)
+  if v % 1 == 0 and v < 9007199254740992 and v > -9007199254740992 then
+    return format('%d', v)
+  end
+  return format('%.0f', v)
+end
+
 -- µs to whole ms, rounded up (src/algorithm/mod.rs ceil_ms).
 local function ceil_ms(us)
   return math.ceil(us / 1000)
@@ -95,8 +107,8 @@ end
 -- When `write`: its fields, the pairs (a, va), (b, vb) and, if given, (c, vc), numbers,
 -- with the expiry. Otherwise only the expiry, when the rule in force needs the state
 -- longer than the one stored with it (`stored`, see outlives()). Either write sets the
--- key's TTL. A dry run writes nothing. Numbers are formatted with %.0f: Redis would print large ones as 1e+17,
--- which HSET would store inexactly and PEXPIRE would reject.
+-- key's TTL. A dry run writes nothing. Numbers go through digits(): Redis would print
+-- large ones as 1e+17, which HSET would store inexactly and PEXPIRE would reject.
 local function store(write, stored, reset_ms, a, va, b, vb, c, vc)
   if dry then
     return
@@ -104,16 +116,16 @@ local function store(write, stored, reset_ms, a, va, b, vb, c, vc)
   local ttl, x = expiry(reset_ms)
   if write then
     if c then
-      redis.call('HSET', KEYS[1], a, string.format('%.0f', va), b, string.format('%.0f', vb),
-        c, string.format('%.0f', vc), 'x', string.format('%.0f', x))
+      redis.call('HSET', KEYS[1], a, digits(va), b, digits(vb),
+        c, digits(vc), 'x', digits(x))
     else
-      redis.call('HSET', KEYS[1], a, string.format('%.0f', va), b, string.format('%.0f', vb),
-        'x', string.format('%.0f', x))
+      redis.call('HSET', KEYS[1], a, digits(va), b, digits(vb),
+        'x', digits(x))
     end
   elseif outlives(stored, reset_ms, x) then
-    redis.call('HSET', KEYS[1], 'x', string.format('%.0f', x))
+    redis.call('HSET', KEYS[1], 'x', digits(x))
   else
     return
   end
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
+  redis.call('PEXPIRE', KEYS[1], digits(ttl))
 end

@@ -45,7 +45,7 @@ local function at(rank)
 end
 
 local function member(ts, cum, x, units)
-  return string.format('%.0f:%.0f:%.0f:%.0f', ts, cum, x, units)
+  return digits(ts) .. ':' .. digits(cum) .. ':' .. digits(x) .. ':' .. digits(units)
 end
 
 -- Rewrites every member with running totals (members of an earlier format, whose last
@@ -80,7 +80,7 @@ local live = false
 if top then
   local oldest = at(0)
   if oldest.ts <= cutoff then
-    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', cutoff))
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', digits(cutoff))
     if top.ts > cutoff then
       oldest = at(0)
     else
@@ -119,12 +119,12 @@ if admit and not dry then
       redis.call('ZREM', KEYS[1], top.member)
     end
   end
-  redis.call('ZADD', KEYS[1], string.format('%.0f', now), member(now, cum, x, units))
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
+  redis.call('ZADD', KEYS[1], digits(now), member(now, cum, x, units))
+  redis.call('PEXPIRE', KEYS[1], digits(ttl))
 elseif not dry and live and outlives(top.x, reset, x) then
   redis.call('ZREM', KEYS[1], top.member)
-  redis.call('ZADD', KEYS[1], string.format('%.0f', top.ts), member(top.ts, top.cum, x, top.units))
-  redis.call('PEXPIRE', KEYS[1], string.format('%.0f', ttl))
+  redis.call('ZADD', KEYS[1], digits(top.ts), member(top.ts, top.cum, x, top.units))
+  redis.call('PEXPIRE', KEYS[1], digits(ttl))
 end
 
 local wait = 0

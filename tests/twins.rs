@@ -337,3 +337,35 @@ fn a_legacy_log_is_rewritten_by_a_dry_run_and_keeps_its_ttl() {
     assert!(pttl.parse::<i64>().unwrap_or(-1) > 0, "PTTL {pttl}");
     assert_eq!(lua_decide(key, &p, 1, now, false), peek, "the real call");
 }
+
+/// The prelude's `digits()`, which every stored number goes through: whole numbers take
+/// the integer conversion, fractions and numbers past 2^53 keep `%.0f` (rounded half to
+/// even, no exponent).
+#[test]
+fn stored_numbers_keep_every_digit() {
+    let script = format!(
+        "{}\nreturn {{digits(5), digits(1700000000123456), digits(2.5), digits(3.5), \
+         digits(33333333.4), digits(1e17), digits(1e21)}}",
+        include_str!("../lua/prelude.lua")
+    );
+    let reply = redis_command(&redis().addr(), &["EVAL", &script, "0"]).expect("EVAL");
+    let texts: Vec<String> = match reply {
+        Resp::Array(Some(items)) => items
+            .into_iter()
+            .map(|i| i.into_text().expect("text"))
+            .collect(),
+        other => panic!("expected an array, got {other:?}"),
+    };
+    assert_eq!(
+        texts,
+        [
+            "5",
+            "1700000000123456",
+            "2",
+            "4",
+            "33333333",
+            "100000000000000000",
+            "1000000000000000000000"
+        ]
+    );
+}
