@@ -60,6 +60,15 @@ fn until_source(c: &mut Client, key: &str, source: &str, within: Duration) -> (D
     }
 }
 
+/// Takes `n` tokens of `key` (a fresh key of the `tb` rule, capacity 10) in Redis,
+/// checking each reply: remaining 9, 8, … from Redis.
+fn take_in_redis(c: &mut Client, key: &str, n: u64) {
+    for i in 0..n {
+        let r = parse_reply(&c.request(&format!("CHECK tb {key}")));
+        assert_eq!((r.remaining, r.source.as_str()), (9 - i, "redis"), "{r:?}");
+    }
+}
+
 plain_and_tls!(
     a_migrated_slot_is_followed_with_its_state,
     a_failed_primary_is_replaced_by_its_replica
@@ -140,10 +149,7 @@ fn a_migrated_slot_is_followed_with_its_state(flavor: Flavor) {
     let d = Daemon::start(&config(&cluster));
     let mut c = connect_in_redis(&d, "tb");
     let key = "rl:{tb:mover}:tb";
-    for i in 0..3 {
-        let r = parse_reply(&c.request("CHECK tb mover"));
-        assert_eq!((r.remaining, r.source.as_str()), (9 - i, "redis"), "{r:?}");
-    }
+    take_in_redis(&mut c, "mover", 3);
 
     // The slot moves: importing, migrating, the key copied over. Meanwhile the old
     // owner answers ASK for it, and the daemon follows it: ASKING, then the script on
@@ -205,10 +211,7 @@ fn an_ask_refused_for_want_of_asking_is_decided_locally() {
     let mut c = connect_in_redis(&d, "tb");
     let key = "rl:{tb:mover}:tb";
     let taken_in_redis = 3;
-    for i in 0..taken_in_redis {
-        let r = parse_reply(&c.request("CHECK tb mover"));
-        assert_eq!((r.remaining, r.source.as_str()), (9 - i, "redis"), "{r:?}");
-    }
+    take_in_redis(&mut c, "mover", taken_in_redis);
 
     // The daemon's user loses ASKING on every node, then the slot moves as in
     // `a_migrated_slot_is_followed_with_its_state`.
@@ -295,10 +298,7 @@ fn a_failed_primary_is_replaced_by_its_replica(flavor: Flavor) {
     let d = Daemon::start(&config(&cluster));
     let mut c = connect_in_redis(&d, "tb");
     let key = "rl:{tb:victim}:tb";
-    for i in 0..3 {
-        let r = parse_reply(&c.request("CHECK tb victim"));
-        assert_eq!((r.remaining, r.source.as_str()), (9 - i, "redis"), "{r:?}");
-    }
+    take_in_redis(&mut c, "victim", 3);
     let slot = slot_of(&cluster, key);
     let (old, _) = owner_of(&cluster, slot);
     // A key of another primary, to count how it is decided meanwhile.
@@ -399,10 +399,7 @@ fn a_frozen_new_owner_during_a_move_leaves_the_old_owner_healthy() {
     let mut c = connect_in_redis(&d, "tb");
     let key = "rl:{tb:mover}:tb";
     let taken_in_redis = 3;
-    for i in 0..taken_in_redis {
-        let r = parse_reply(&c.request("CHECK tb mover"));
-        assert_eq!((r.remaining, r.source.as_str()), (9 - i, "redis"), "{r:?}");
-    }
+    take_in_redis(&mut c, "mover", taken_in_redis);
 
     // The slot moves as in `a_migrated_slot_is_followed_with_its_state`; the ASK is
     // followed to the new owner while it answers (cost 0: nothing taken).
