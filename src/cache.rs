@@ -16,10 +16,12 @@
 
 use crate::decision::{Decision, Source};
 use crate::key::{KeyHash, Prehashed};
+use moka::ops::compute::Op;
 use moka::sync::Cache;
 use std::time::Duration;
 
 mod front;
+mod page;
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -51,12 +53,17 @@ pub enum Lookup {
 }
 
 /// Bounded map from `"<rule>:<key>"` (as its [`TagKey`](crate::key::TagKey)) to the last DENY Redis returned
-/// for it: moka, keyed by the 64-bit hash itself ([`Prehashed`]), LRU eviction and no
-/// time-to-live of moka's own (each entry carries its own expiry, checked on the
-/// monotonic local clock): a new DENY, the sign of a hot key, is always admitted, and
-/// an insert costs about half of TinyLFU's with a time-to-live (docs/PERFORMANCE.md).
+/// for it: moka, keyed by the page of the 64-bit hash ([`page`]: a few keys' DENYs per
+/// moka entry, weighed by their count), LRU eviction and no time-to-live of moka's own
+/// (each entry carries its own expiry, checked on the monotonic local clock): a new
+/// DENY, the sign of a hot key, is always admitted, and an insert costs about half of
+/// TinyLFU's with a time-to-live (docs/PERFORMANCE.md).
 pub struct DenyCache {
-    entries: Option<Cache<KeyHash, Entry, Prehashed>>,
+    entries: Option<Cache<u64, page::Page, Prehashed>>,
+    /// How many pages the key space is split into (≥ 1).
+    pages: u64,
+    /// The most DENYs one page holds (`max_entries`, at most 32).
+    max_slots: usize,
     /// This cache's id in the per-thread memos of fresh entries ([`front`]).
     owner: u64,
     /// Bumped by [`DenyCache::clear`].
@@ -68,8 +75,9 @@ pub struct DenyCache {
 
 impl DenyCache {
     /// A cache keeping each DENY at most `ttl_ms` ms (0 disables the cache) and at most
-    /// `max_entries` entries (the least recently used is evicted; moka counts and evicts
-    /// lazily, so the count can run a little over between its housekeeping runs); an
+    /// `max_entries` DENYs (the least recently used page of them is evicted; moka counts
+    /// and evicts lazily, so the count can run a little over between its housekeeping
+    /// runs); an
     /// expired entry whose refresh is in flight answers for up to `grace_ms` more (the
     /// time a Redis call may take: twice `redis.timeout_ms`).
     pub fn new(ttl_ms: u64, max_entries: u64, grace_ms: u64) -> Self {
@@ -77,11 +85,14 @@ impl DenyCache {
         let entries = (ttl_ms > 0 && max_entries > 0).then(|| {
             Cache::builder()
                 .max_capacity(max_entries)
+                .weigher(|_, page| page::weight(page))
                 .eviction_policy(moka::policy::EvictionPolicy::lru())
                 .build_with_hasher(Prehashed)
         });
         DenyCache {
             entries,
+            pages: max_entries.div_ceil(page::KEYS_PER_PAGE).max(1),
+            max_slots: max_entries.min(32) as usize,
             owner: front::new_owner(),
             ttl,
             grace_us: grace_ms as f64 * 1000.0,
@@ -108,9 +119,15 @@ impl DenyCache {
     ) {
         let Some(entries) = &self.entries else { return };
         front::forget(self.owner, key);
+        let id = page::page_of(key, self.pages);
         if decision.allowed || decision.wait_ms == 0 {
             if refreshing {
-                entries.invalidate(&key);
+                entries.entry(id).and_compute_with(|current| {
+                    match current.and_then(|p| page::without(p.value(), key)) {
+                        Some(rest) => Op::Put(rest),
+                        None => Op::Remove,
+                    }
+                });
             }
             return;
         }
@@ -118,17 +135,29 @@ impl DenyCache {
             return;
         }
         let ttl = self.ttl.min(Duration::from_millis(decision.wait_ms));
-        entries.insert(
-            key,
-            Entry {
-                decision: *decision,
-                cost,
-                at_us: asked_us,
-                ttl_us: ttl.as_micros() as f64,
-                extended: false,
-                generation,
-            },
-        );
+        let entry = Entry {
+            decision: *decision,
+            cost,
+            at_us: asked_us,
+            ttl_us: ttl.as_micros() as f64,
+            extended: false,
+            generation,
+        };
+        // A slot that can no longer answer: of an earlier generation, or past its ttl
+        // and any grace (`asked_us` stands in for now: at most a Redis call earlier).
+        let dead = |e: &Entry| {
+            e.generation != generation || asked_us - e.at_us >= e.ttl_us + self.grace_us
+        };
+        entries.entry(id).and_compute_with(|current| {
+            let current = current.map(|p| p.into_value());
+            Op::Put(page::with(
+                current.as_deref(),
+                key,
+                entry,
+                self.max_slots,
+                dead,
+            ))
+        });
     }
 
     /// The generation to pass to [`DenyCache::remember`]:
@@ -164,7 +193,8 @@ impl DenyCache {
                 return Lookup::Hit(answer(&entry, elapsed));
             }
         }
-        let Some(entry) = entries.get(&key) else {
+        let id = page::page_of(key, self.pages);
+        let Some(entry) = entries.get(&id).and_then(|p| page::find(&p, key)) else {
             return Lookup::Miss;
         };
         if entry.cost != cost || entry.generation != self.generation() {
@@ -178,17 +208,41 @@ impl DenyCache {
             if entry.extended || elapsed >= until {
                 return Lookup::Miss;
             }
-            // Not atomic with a concurrent refresh's answer: at worst that answer's
-            // ALLOW is followed by this entry's DENY until `until` (never an admission).
-            entries.insert(
-                key,
-                Entry {
-                    ttl_us: until,
-                    extended: true,
-                    ..entry
-                },
-            );
-            return Lookup::Refresh(answer(&entry, elapsed));
+            // Claimed in moka's per-key lock: of the requests that found it expired, one
+            // extends the entry and refreshes it; the others are answered from it.
+            // Gone meanwhile (a refresh's ALLOW dropped it, or an eviction): a miss.
+            let mut found = None;
+            entries.entry(id).and_compute_with(|current| {
+                let Some(current) = current.map(|p| p.into_value()) else {
+                    return Op::Nop;
+                };
+                let now = page::find(&current, key);
+                found = now.map(|e| e.at_us == entry.at_us && !e.extended);
+                match now {
+                    Some(e) if e.at_us == entry.at_us && !e.extended => {
+                        let extended = Entry {
+                            ttl_us: until,
+                            extended: true,
+                            ..entry
+                        };
+                        Op::Put(page::with(
+                            Some(&current),
+                            key,
+                            extended,
+                            self.max_slots,
+                            |_| false,
+                        ))
+                    }
+                    _ => Op::Nop,
+                }
+            });
+            return match found {
+                Some(true) => Lookup::Refresh(answer(&entry, elapsed)),
+                // Claimed by another request, or replaced by a newer DENY: answered
+                // from the DENY read, still within its grace and its wait_ms.
+                Some(false) => Lookup::Hit(answer(&entry, elapsed)),
+                None => Lookup::Miss,
+            };
         }
         if !entry.extended {
             front::put(self.owner, key, entry);
@@ -207,12 +261,12 @@ impl DenyCache {
         }
     }
 
-    /// Entries currently held, for logs and metrics (runs moka's pending maintenance
+    /// DENYs currently held, for logs and metrics (runs moka's pending maintenance
     /// first so the count is current: not for the hot path).
     pub fn len(&self) -> u64 {
         self.entries.as_ref().map_or(0, |e| {
             e.run_pending_tasks();
-            e.entry_count()
+            e.weighted_size()
         })
     }
 
@@ -236,148 +290,4 @@ fn answer(entry: &Entry, elapsed: f64) -> Decision {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::key::TagKey;
-
-    const T0: f64 = 1_700_000_000_000_000.0;
-
-    /// The key of `tag`, with one hasher for the whole test module.
-    fn k(tag: &str) -> KeyHash {
-        static KEYS: std::sync::OnceLock<TagKey> = std::sync::OnceLock::new();
-        let (rule, key) = tag.split_once(':').unwrap_or(("", tag));
-        KEYS.get_or_init(TagKey::default)
-            .of(rule.as_bytes(), key.as_bytes())
-    }
-
-    fn deny(wait_ms: u64) -> Decision {
-        Decision {
-            allowed: false,
-            limit: 10,
-            remaining: 0,
-            reset_ms: 1000,
-            wait_ms,
-            source: Source::Redis,
-        }
-    }
-
-    fn hit(l: Lookup) -> Decision {
-        match l {
-            Lookup::Hit(d) => d,
-            other => panic!("expected a hit, got {other:?}"),
-        }
-    }
-
-    /// The cached answer a refresh claim carries.
-    fn refresh(l: Lookup) -> Decision {
-        match l {
-            Lookup::Refresh(d) => d,
-            other => panic!("expected a refresh claim, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn remembers_denies_of_the_same_cost_only() {
-        let c = DenyCache::new(500, 100, 50);
-        c.remember(k("r:k"), 2, &deny(300), T0, 0, false);
-        let h = hit(c.lookup(k("r:k"), 2, T0 + 100_000.0));
-        assert_eq!(h.source, Source::Cache);
-        assert_eq!((h.allowed, h.wait_ms, h.reset_ms), (false, 200, 900));
-        assert_eq!(c.lookup(k("r:k"), 1, T0), Lookup::Miss);
-        assert_eq!(c.lookup(k("r:other"), 2, T0), Lookup::Miss);
-        // A clock stepping back: no time passed.
-        assert_eq!(hit(c.lookup(k("r:k"), 2, T0 - 5e6)).wait_ms, 300);
-    }
-
-    #[test]
-    fn never_caches_allow_and_expires_with_wait() {
-        let c = DenyCache::new(500, 100, 50);
-        c.remember(
-            k("r:a"),
-            1,
-            &Decision {
-                allowed: true,
-                ..deny(0)
-            },
-            T0,
-            0,
-            false,
-        );
-        assert_eq!(c.lookup(k("r:a"), 1, T0), Lookup::Miss);
-        c.remember(k("r:b"), 1, &deny(20), T0, 0, false);
-        hit(c.lookup(k("r:b"), 1, T0 + 19_999.0));
-        // Past wait_ms: no refresh grace either (Redis may admit it now).
-        assert_eq!(
-            c.lookup(k("r:b"), 1, T0 + 20_000.0),
-            Lookup::Miss,
-            "kept past wait_ms"
-        );
-    }
-
-    #[test]
-    fn one_request_refreshes_an_expired_entry_while_the_others_keep_it() {
-        let c = DenyCache::new(500, 100, 50);
-        c.remember(k("r:k"), 1, &deny(10_000), T0, 0, false);
-        let t = T0 + 500_000.0;
-        // The claimant is answered from the entry too, its wait reduced.
-        let claimed = refresh(c.lookup(k("r:k"), 1, t));
-        assert_eq!(
-            (claimed.allowed, claimed.wait_ms, claimed.source),
-            (false, 9_500, Source::Cache)
-        );
-        // The others: the cached DENY, for the grace (50 ms) and no longer.
-        hit(c.lookup(k("r:k"), 1, t + 1_000.0));
-        hit(c.lookup(k("r:k"), 1, t + 49_999.0));
-        assert_eq!(c.lookup(k("r:k"), 1, t + 50_000.0), Lookup::Miss);
-        // The refresh came back DENY: fresh again, for ttl_ms from its own asking.
-        c.remember(k("r:k"), 1, &deny(9_000), t, 0, true);
-        hit(c.lookup(k("r:k"), 1, t + 499_999.0));
-        refresh(c.lookup(k("r:k"), 1, t + 500_000.0));
-        // ... then ALLOW: the extended entry goes at once.
-        c.remember(
-            k("r:k"),
-            1,
-            &Decision {
-                allowed: true,
-                ..deny(0)
-            },
-            t + 500_000.0,
-            0,
-            true,
-        );
-        assert_eq!(c.lookup(k("r:k"), 1, t + 500_001.0), Lookup::Miss);
-    }
-
-    #[test]
-    fn the_grace_ends_at_wait_and_counts_from_the_ttl() {
-        let c = DenyCache::new(500, 100, 50);
-        c.remember(k("r:k"), 1, &deny(520), T0, 0, false);
-        c.remember(k("r:idle"), 1, &deny(10_000), T0, 0, false);
-        refresh(c.lookup(k("r:k"), 1, T0 + 500_000.0));
-        hit(c.lookup(k("r:k"), 1, T0 + 519_999.0));
-        assert_eq!(c.lookup(k("r:k"), 1, T0 + 520_000.0), Lookup::Miss);
-        // Not asked again until 5 s later: long past ttl + grace, Redis is asked.
-        assert_eq!(c.lookup(k("r:idle"), 1, T0 + 5e6), Lookup::Miss);
-    }
-
-    #[test]
-    fn a_clear_forgets_entries_and_answers_still_in_flight() {
-        let c = DenyCache::new(500, 100, 50);
-        let before = c.generation();
-        c.remember(k("r:a"), 1, &deny(300), T0, before, false);
-        c.clear();
-        assert_eq!(c.lookup(k("r:a"), 1, T0), Lookup::Miss);
-        // An answer asked for before the clear is not remembered after it.
-        c.remember(k("r:b"), 1, &deny(300), T0, before, false);
-        assert_eq!(c.lookup(k("r:b"), 1, T0), Lookup::Miss);
-        c.remember(k("r:b"), 1, &deny(300), T0, c.generation(), false);
-        hit(c.lookup(k("r:b"), 1, T0));
-    }
-
-    #[test]
-    fn ttl_zero_disables() {
-        let c = DenyCache::new(0, 100, 50);
-        c.remember(k("r:k"), 1, &deny(300), T0, 0, false);
-        assert_eq!(c.lookup(k("r:k"), 1, T0), Lookup::Miss);
-    }
-}
+mod tests;
