@@ -56,8 +56,8 @@ pub enum Lookup {
 /// for it: moka, keyed by the page of the 64-bit hash ([`page`]: a few keys' DENYs per
 /// moka entry, weighed by their count), LRU eviction and no time-to-live of moka's own
 /// (each entry carries its own expiry, checked on the monotonic local clock): a new
-/// DENY, the sign of a hot key, is always admitted, and an insert costs about half of
-/// TinyLFU's with a time-to-live (docs/PERFORMANCE.md).
+/// DENY, the sign of a hot key, is always admitted, and LRU without a time-to-live
+/// halves moka's own cost of an insert against TinyLFU with one (docs/PERFORMANCE.md).
 pub struct DenyCache {
     entries: Option<Cache<u64, page::Page, Prehashed>>,
     /// How many pages the key space is split into (≥ 1).
@@ -75,7 +75,8 @@ pub struct DenyCache {
 
 impl DenyCache {
     /// A cache keeping each DENY at most `ttl_ms` ms (0 disables the cache) and at most
-    /// `max_entries` DENYs (the least recently used page of them is evicted; moka counts
+    /// `max_entries` DENYs (the least recently used page of them is evicted, and a page
+    /// beyond `min(max_entries, 32)` DENYs drops its oldest; moka counts
     /// and evicts lazily, so the count can run a little over between its housekeeping
     /// runs); an
     /// expired entry whose refresh is in flight answers for up to `grace_ms` more (the
@@ -123,7 +124,13 @@ impl DenyCache {
         if decision.allowed || decision.wait_ms == 0 {
             if refreshing {
                 entries.entry(id).and_compute_with(|current| {
-                    match current.and_then(|p| page::without(p.value(), key)) {
+                    let Some(current) = current else {
+                        return Op::Nop;
+                    };
+                    if page::find(current.value(), key).is_none() {
+                        return Op::Nop;
+                    }
+                    match page::without(current.value(), key) {
                         Some(rest) => Op::Put(rest),
                         None => Op::Remove,
                     }
@@ -177,8 +184,8 @@ impl DenyCache {
     /// than the grace past its ttl and with its `wait_ms` not yet over, gets
     /// [`Lookup::Refresh`] with the entry's answer: the entry answers every request
     /// until the grace is over. An
-    /// expired entry stays until a new DENY replaces it or it is evicted: it only takes
-    /// room, never answers.
+    /// expired entry stays until a new DENY replaces it, a write to its page leaves it
+    /// out, or its page is evicted: it only takes room, never answers.
     ///
     /// [`TagKey::of`]: crate::key::TagKey::of
     pub fn lookup(&self, key: KeyHash, cost: u32, now_us: f64) -> Lookup {
@@ -217,9 +224,16 @@ impl DenyCache {
                     return Op::Nop;
                 };
                 let now = page::find(&current, key);
-                found = now.map(|e| e.at_us == entry.at_us && !e.extended);
+                // Still the entry read: the same DENY, not yet claimed.
+                let same = |e: &Entry| {
+                    e.at_us == entry.at_us
+                        && e.cost == entry.cost
+                        && e.generation == entry.generation
+                        && !e.extended
+                };
+                found = now.map(|e| same(&e));
                 match now {
-                    Some(e) if e.at_us == entry.at_us && !e.extended => {
+                    Some(e) if same(&e) => {
                         let extended = Entry {
                             ttl_us: until,
                             extended: true,

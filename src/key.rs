@@ -73,8 +73,9 @@ impl std::hash::BuildHasher for Prehashed {
     }
 }
 
-/// The [`std::hash::Hasher`] of [`Prehashed`]: a `u64` written is the hash; other
-/// input (not used by the maps) is folded in with FNV-1a so it still hashes.
+/// The [`std::hash::Hasher`] of [`Prehashed`]: a `u64` written first is the hash; a
+/// later `u64` is mixed in (moka hashes its per-key lock table by `(key, TypeId)`), and
+/// bytes are folded in with FNV-1a, so that every input still hashes.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PrehashedHasher(u64);
 
@@ -90,7 +91,8 @@ impl std::hash::Hasher for PrehashedHasher {
     }
 
     fn write_u64(&mut self, n: u64) {
-        self.0 = n;
+        // From the initial 0: n itself.
+        self.0 = self.0.rotate_left(5) ^ n;
     }
 }
 
@@ -126,6 +128,10 @@ mod tests {
             Prehashed.hash_one(0x1234_5678_9abc_def0u64),
             0x1234_5678_9abc_def0
         );
+        // A key followed by more input (moka's lock table: the key, then a TypeId) still
+        // hashes by the key.
+        let lock_hash = |k: u64| Prehashed.hash_one((k, std::any::TypeId::of::<u64>()));
+        assert_ne!(lock_hash(1), lock_hash(2));
         let keys = TagKey::default();
         assert_eq!(keys.of(b"r", b"k"), keys.of(b"r", b"k"));
         assert_ne!(keys.of(b"r", b"k"), keys.of(b"r", b"j"));

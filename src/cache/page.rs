@@ -63,23 +63,28 @@ pub(super) fn with(
     max_slots: usize,
     dead: impl Fn(&Entry) -> bool,
 ) -> Page {
-    let mut slots: Vec<Slot> = page
-        .unwrap_or_default()
-        .iter()
-        .filter(|s| s.key != key && !dead(&s.entry))
-        .copied()
-        .collect();
-    let max_slots = max_slots.clamp(1, MAX_SLOTS);
-    while slots.len() >= max_slots {
-        let oldest = slots
-            .iter()
-            .enumerate()
-            .min_by(|a, b| a.1.entry.at_us.total_cmp(&b.1.entry.at_us))
-            .map_or(0, |(i, _)| i);
-        slots.swap_remove(oldest);
+    let page = page.unwrap_or_default();
+    // The indices of the slots kept (a page never holds more than MAX_SLOTS), so that
+    // the new slice is built in one allocation of its exact size.
+    let mut keep = [0u8; MAX_SLOTS];
+    let mut n = 0;
+    for (i, s) in page.iter().enumerate().take(MAX_SLOTS) {
+        if s.key != key && !dead(&s.entry) {
+            keep[n] = i as u8;
+            n += 1;
+        }
     }
-    slots.push(Slot { key, entry });
-    slots.into()
+    while n >= max_slots.clamp(1, MAX_SLOTS) {
+        let at = |j: usize| page[usize::from(keep[j])].entry.at_us;
+        let oldest = (0..n).min_by(|&a, &b| at(a).total_cmp(&at(b))).unwrap_or(0);
+        keep.copy_within(oldest + 1..n, oldest);
+        n -= 1;
+    }
+    keep[..n]
+        .iter()
+        .map(|&i| page[usize::from(i)])
+        .chain(std::iter::once(Slot { key, entry }))
+        .collect()
 }
 
 /// A copy of `page` without `key`'s slot, or `None` when nothing would be left.
