@@ -21,14 +21,9 @@ MAX=${2:-$KEYS}
 for tool in redis-server redis-cli python3; do
     command -v "$tool" >/dev/null || { echo "deny_memory.sh: $tool not found" >&2; exit 1; }
 done
-if [ -z "${LOADGEN:-}" ] || [ -z "${RATELIMITD_BIN:-}" ]; then # else: measure those
-    cargo build --release --quiet --bin ratelimitd
-    LOADGEN=$(cargo bench --bench loadgen --no-run --message-format=json 2>/dev/null |
-        grep '"reason":"compiler-artifact"' | grep '"name":"loadgen"' |
-        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
-fi
-[ -x "$LOADGEN" ] || { echo "deny_memory.sh: cannot find the built loadgen bench" >&2; exit 1; }
-DAEMON=${RATELIMITD_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/ratelimitd}
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
+build_bench_binaries deny_memory.sh # DAEMON, LOADGEN
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/rl-denymem-XXXXXX")
 pids=()
@@ -43,7 +38,6 @@ trap cleanup EXIT
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
-status() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; } # pid field -> kB
 
 port=$(free_port)
 redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
@@ -73,11 +67,11 @@ algorithm = "token_bucket"
 capacity = 1
 refill_rate = 0.0001
 CONF
-RUST_LOG=warn "$DAEMON" --config "$dir/rl.toml" </dev/null >"$dir/daemon.log" 2>&1 &
-daemon=$!
+started=0
+start_daemon_waiting "$dir/rl.toml" "$dir/rl.sock" "$dir/daemon.log" && started=1
+daemon=$daemon_pid
 pids+=("$daemon")
-for _ in $(seq 1 500); do [ -S "$dir/rl.sock" ] && break; sleep 0.02; done
-[ -S "$dir/rl.sock" ] || { echo "deny_memory.sh: the daemon did not start:" >&2; cat "$dir/daemon.log" >&2; exit 1; }
+[ "$started" = 1 ] || { echo "deny_memory.sh: the daemon did not start:" >&2; cat "$dir/daemon.log" >&2; exit 1; }
 
 pass() { # expected reply
     "$LOADGEN" --socket "$dir/rl.sock" --conns 8 --depth 64 --threads 2 \
@@ -93,10 +87,10 @@ PY
 }
 
 pass ALLOW >"$dir/pass1.json"
-before=$(status "$daemon" VmRSS)
+before=$(proc_status "$daemon" VmRSS)
 pass DENY >"$dir/pass2.json"
 sleep 2 # the gauge is sampled every second
-after=$(status "$daemon" VmRSS)
+after=$(proc_status "$daemon" VmRSS)
 held=$(entries)
 off=$(sed -n 's/.*"errors":\([0-9]*\).*/\1/p' "$dir/pass2.json")
 echo "| keys | cache.max_entries | DENYs held | replies not DENY (pass 2) | RSS before (MB) | RSS after (MB) | bytes per DENY held |"

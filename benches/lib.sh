@@ -1,9 +1,36 @@
 # shellcheck shell=bash
 # Shell helpers of the benchmarks that run a Redis Cluster and daemons (benches/leases.sh,
-# benches/clients/run.sh), sourced, never run. Everything they start goes in `pids` and
+# benches/clients/run.sh) or measure the daemon's memory (benches/memory.sh,
+# benches/deny_memory.sh), sourced, never run. Everything they start goes in `pids` and
 # lives in `work`, both stopped and removed on exit.
 #
 #   . benches/lib.sh; bench_work NAME; start_cluster
+
+# build_bench_binaries NAME: sets DAEMON and LOADGEN: RATELIMITD_BIN and LOADGEN as given
+# when both are set (measure those), else the release build of the daemon and the
+# loadgen bench, built here (run from the repository's root). NAME prefixes the error.
+build_bench_binaries() {
+  if [ -z "${LOADGEN:-}" ] || [ -z "${RATELIMITD_BIN:-}" ]; then
+    cargo build --release --quiet --bin ratelimitd
+    LOADGEN=$(cargo bench --bench loadgen --no-run --message-format=json 2>/dev/null |
+      grep '"reason":"compiler-artifact"' | grep '"name":"loadgen"' |
+      sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+  fi
+  [ -x "$LOADGEN" ] || { echo "$1: cannot find the built loadgen bench" >&2; exit 1; }
+  DAEMON=${RATELIMITD_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/ratelimitd}
+}
+
+# start_daemon_waiting CONFIG SOCKET LOG: starts $DAEMON with CONFIG (warnings to LOG), sets
+# daemon_pid, and waits (10 s at most) for SOCKET to appear.
+start_daemon_waiting() {
+  RUST_LOG=warn "$DAEMON" --config "$1" </dev/null >"$3" 2>&1 &
+  daemon_pid=$!
+  for _ in $(seq 1 500); do [ -S "$2" ] && return 0; sleep 0.02; done
+  return 1
+}
+
+# proc_status PID FIELD: a field of /proc/PID/status in kB (VmRSS, VmHWM).
+proc_status() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
 
 # bench_work NAME: a temp dir `work` (rl-NAME-bench-XXXXXX under TMPDIR) and `pids`, the
 # processes to stop; on exit, kills them by pid, waits for them and removes `work`.

@@ -15,21 +15,15 @@ KEYS=${1:-10000000}
 shift || true
 [ $# -gt 0 ] || set -- 1000000 10000000
 
-if [ -z "${LOADGEN:-}" ] || [ -z "${RATELIMITD_BIN:-}" ]; then # else: measure those
-    cargo build --release --quiet --bin ratelimitd
-    LOADGEN=$(cargo bench --bench loadgen --no-run --message-format=json 2>/dev/null |
-        grep '"reason":"compiler-artifact"' | grep '"name":"loadgen"' |
-        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
-fi
-[ -x "$LOADGEN" ] || { echo "memory.sh: cannot find the built loadgen bench" >&2; exit 1; }
-DAEMON=${RATELIMITD_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/ratelimitd}
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
+build_bench_binaries memory.sh # DAEMON, LOADGEN
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/rl-mem-XXXXXX")
 pid=
 cleanup() { [ -z "$pid" ] || kill "$pid" 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
 
-status() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; } # pid field -> kB
 
 echo "| fallback.max_keys | keys sent | req/s | RSS idle (MB) | peak RSS VmHWM (MB) | RSS after (MB) |"
 echo "|---|---|---|---|---|---|"
@@ -47,15 +41,14 @@ algorithm = "token_bucket"
 capacity = 10
 refill_rate = 1.0
 CONF
-    RUST_LOG=warn "$DAEMON" --config "$dir/rl.toml" </dev/null >"$dir/daemon.log" 2>&1 &
-    pid=$!
-    for _ in $(seq 1 500); do [ -S "$dir/rl.sock" ] && break; sleep 0.02; done
-    idle=$(status "$pid" VmRSS)
+    start_daemon_waiting "$dir/rl.toml" "$dir/rl.sock" "$dir/daemon.log" || true
+    pid=$daemon_pid
+    idle=$(proc_status "$pid" VmRSS)
     out=$("$LOADGEN" --socket "$dir/rl.sock" --conns 8 --depth 64 --threads 2 \
         --request 'CHECK api k{n}\n' --expect ALLOW --warmup 0s --duration 3600s \
         --max-requests "$KEYS" --label "max_keys=$max")
-    hwm=$(status "$pid" VmHWM)
-    rss=$(status "$pid" VmRSS)
+    hwm=$(proc_status "$pid" VmHWM)
+    rss=$(proc_status "$pid" VmRSS)
     rps=$(sed -n 's/.*"rps":\([0-9.]*\).*/\1/p' <<<"$out" | cut -d. -f1)
     sent=$(sed -n 's/.*"requests":\([0-9]*\).*/\1/p' <<<"$out")
     echo "| $max | ${sent:-?} | ${rps:-?} | $((idle / 1024)) | $((hwm / 1024)) | $((rss / 1024)) |"
