@@ -62,7 +62,7 @@ pub struct DenyCache {
     entries: Option<Cache<u64, page::Page, Prehashed>>,
     /// How many pages the key space is split into (≥ 1).
     pages: u64,
-    /// The most DENYs one page holds (`max_entries`, at most 32).
+    /// The most DENYs one page holds (`max_entries`, at most [`page::MAX_SLOTS`]).
     max_slots: usize,
     /// This cache's id in the per-thread memos of fresh entries ([`front`]).
     owner: u64,
@@ -76,9 +76,8 @@ pub struct DenyCache {
 impl DenyCache {
     /// A cache keeping each DENY at most `ttl_ms` ms (0 disables the cache) and at most
     /// `max_entries` DENYs (the least recently used page of them is evicted, and a page
-    /// beyond `min(max_entries, 32)` DENYs drops its oldest; moka counts
-    /// and evicts lazily, so the count can run a little over between its housekeeping
-    /// runs); an
+    /// beyond `min(max_entries, 32)` DENYs drops its oldest; moka counts and evicts
+    /// lazily, so the count can run a little over between its housekeeping runs); an
     /// expired entry whose refresh is in flight answers for up to `grace_ms` more (the
     /// time a Redis call may take: twice `redis.timeout_ms`).
     pub fn new(ttl_ms: u64, max_entries: u64, grace_ms: u64) -> Self {
@@ -93,7 +92,7 @@ impl DenyCache {
         DenyCache {
             entries,
             pages: max_entries.div_ceil(page::KEYS_PER_PAGE).max(1),
-            max_slots: max_entries.min(32) as usize,
+            max_slots: max_entries.min(page::MAX_SLOTS as u64) as usize,
             owner: front::new_owner(),
             ttl,
             grace_us: grace_ms as f64 * 1000.0,

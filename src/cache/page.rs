@@ -26,7 +26,7 @@ pub(super) const KEYS_PER_PAGE: u64 = 8;
 /// The most slots one page holds: beyond it a write drops the oldest slot. With keys
 /// spread uniformly (a keyed hash) a page of a full cache holds 8 on average and more
 /// than 24 with probability ~10⁻⁶; the cap only bounds the copy a write makes.
-const MAX_SLOTS: usize = 32;
+pub(super) const MAX_SLOTS: usize = 32;
 
 /// One key's DENY in a page.
 #[derive(Debug, Clone, Copy)]
