@@ -179,7 +179,8 @@ pub struct CacheConfig {
     /// How long a DENY from Redis is remembered, ms, capped by its `wait_ms` (0 = off).
     #[serde(deserialize_with = "de_ttl")]
     pub ttl_ms: u64,
-    /// Most (rule, key) entries remembered (least useful evicted first).
+    /// Most DENYs remembered, one per (rule, key) (the least recently used page of them
+    /// is evicted first).
     pub max_entries: u64,
 }
 
