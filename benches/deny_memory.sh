@@ -25,30 +25,23 @@ done
 . benches/lib.sh
 build_bench_binaries deny_memory.sh # DAEMON, LOADGEN
 
-dir=$(mktemp -d "${TMPDIR:-/tmp}/rl-denymem-XXXXXX")
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-
+bench_work denymem # work (the temp dir), pids (stopped on exit)
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
 port=$(free_port)
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
-    --logfile "$dir/redis.log" &
+redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
+    --logfile "$work/redis.log" &
 pids+=($!)
 for _ in $(seq 1 250); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.02; done
+redis-cli -p "$port" ping >/dev/null 2>&1 ||
+    { echo "deny_memory.sh: redis-server did not start:" >&2; cat "$work/redis.log" >&2; exit 1; }
 
 mport=$(free_port)
-cat >"$dir/rl.toml" <<CONF
+cat >"$work/rl.toml" <<CONF
 [server]
-socket = "$dir/rl.sock"
+socket = "$work/rl.sock"
 [redis]
 mode = "standalone"
 nodes = ["127.0.0.1:$port"]
@@ -68,13 +61,13 @@ capacity = 1
 refill_rate = 0.0001
 CONF
 started=0
-start_daemon_waiting "$dir/rl.toml" "$dir/rl.sock" "$dir/daemon.log" && started=1
+start_daemon_waiting "$work/rl.toml" "$work/rl.sock" "$work/daemon.log" && started=1
 daemon=$daemon_pid
 pids+=("$daemon")
-[ "$started" = 1 ] || { echo "deny_memory.sh: the daemon did not start:" >&2; cat "$dir/daemon.log" >&2; exit 1; }
+[ "$started" = 1 ] || { echo "deny_memory.sh: the daemon did not start:" >&2; cat "$work/daemon.log" >&2; exit 1; }
 
 pass() { # expected reply
-    "$LOADGEN" --socket "$dir/rl.sock" --conns 8 --depth 64 --threads 2 \
+    "$LOADGEN" --socket "$work/rl.sock" --conns 8 --depth 64 --threads 2 \
         --request 'CHECK one k{n}\n' --expect "$1" --warmup 0s --duration 3600s \
         --max-requests "$KEYS" --label "$1"
 }
@@ -86,13 +79,14 @@ print(next(l.split()[1] for l in body.splitlines() if l.startswith("ratelimitd_c
 PY
 }
 
-pass ALLOW >"$dir/pass1.json"
+pass ALLOW >"$work/pass1.json"
 before=$(proc_status "$daemon" VmRSS)
-pass DENY >"$dir/pass2.json"
+pass DENY >"$work/pass2.json"
 sleep 2 # the gauge is sampled every second
 after=$(proc_status "$daemon" VmRSS)
 held=$(entries)
-off=$(sed -n 's/.*"errors":\([0-9]*\).*/\1/p' "$dir/pass2.json")
+[ "${held%.*}" -gt 0 ] || { echo "deny_memory.sh: the deny cache holds nothing (were the DENYs from Redis?)" >&2; exit 1; }
+off=$(sed -n 's/.*"errors":\([0-9]*\).*/\1/p' "$work/pass2.json")
 echo "| keys | cache.max_entries | DENYs held | replies not DENY (pass 2) | RSS before (MB) | RSS after (MB) | bytes per DENY held |"
 echo "|---:|---:|---:|---:|---:|---:|---:|"
 echo "| $KEYS | $MAX | ${held%.*} | ${off:-?} | $((before / 1024)) | $((after / 1024)) | $(((after - before) * 1024 / ${held%.*})) |"

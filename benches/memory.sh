@@ -24,7 +24,6 @@ pid=
 cleanup() { [ -z "$pid" ] || kill "$pid" 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
 
-
 echo "| fallback.max_keys | keys sent | req/s | RSS idle (MB) | peak RSS VmHWM (MB) | RSS after (MB) |"
 echo "|---|---|---|---|---|---|"
 for max in "$@"; do

@@ -222,32 +222,29 @@ impl DenyCache {
                 let Some(current) = current.map(|p| p.into_value()) else {
                     return Op::Nop;
                 };
-                let now = page::find(&current, key);
                 // Still the entry read: the same DENY, not yet claimed.
-                let same = |e: &Entry| {
+                let claim = page::find(&current, key).map(|e| {
                     e.at_us == entry.at_us
                         && e.cost == entry.cost
                         && e.generation == entry.generation
                         && !e.extended
-                };
-                found = now.map(|e| same(&e));
-                match now {
-                    Some(e) if same(&e) => {
-                        let extended = Entry {
-                            ttl_us: until,
-                            extended: true,
-                            ..entry
-                        };
-                        Op::Put(page::with(
-                            Some(&current),
-                            key,
-                            extended,
-                            self.max_slots,
-                            |_| false,
-                        ))
-                    }
-                    _ => Op::Nop,
+                });
+                found = claim;
+                if claim != Some(true) {
+                    return Op::Nop;
                 }
+                let extended = Entry {
+                    ttl_us: until,
+                    extended: true,
+                    ..entry
+                };
+                Op::Put(page::with(
+                    Some(&current),
+                    key,
+                    extended,
+                    self.max_slots,
+                    |_| false,
+                ))
             });
             return match found {
                 Some(true) => Lookup::Refresh(answer(&entry, elapsed)),
