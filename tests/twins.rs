@@ -6,6 +6,8 @@
 //! * the Lua script (`lua/*.lua`) in a real Redis, with the test-only explicit timestamp,
 //! * for the algorithms that take leases, the lease script (`lua/lease_*.lua`) asking for
 //!   no lease (the per-request call of a cold key under `lease = "auto"`),
+//! * the batch script (`lua/batch.lua`, a standalone Redis's decisions sent together),
+//!   running the dry run and the decision one after the other in one call,
 //!
 //! and every field of every decision must be identical. Each Lua decision is preceded
 //! by a dry run of the same request (the deny cache's refresh), which must reply the
@@ -81,6 +83,30 @@ fn lua_decide(key: &str, params: &Params, cost: u64, now_us: u64, dry: bool) -> 
     let mut cmd = vec!["EVAL", script, "1", key];
     cmd.extend(args.iter().map(String::as_str));
     ints(redis_command(&redis().addr(), &cmd).expect("EVAL"))
+}
+
+/// The batch script's replies to the dry run then the decision of `cost` at `now_us`,
+/// both on `key`, in one call after a decision on another key (which must not see
+/// their state, nor they its).
+fn lua_batch_decide(key: &str, params: &Params, cost: u64, now_us: u64) -> Vec<Vec<i64>> {
+    let (_, args) = lua_call(params, cost);
+    let (kind, n) = (
+        (params.kind() as usize).to_string(),
+        (args.len() + 2).to_string(),
+    );
+    let now = now_us.to_string();
+    let script = ratelimitd::store::scripts::batch_lua();
+    let other = format!("{key}:other");
+    let mut cmd = vec!["EVAL", &script, "3", &other, key, key];
+    for dry in ["0", "1", "0"] {
+        cmd.extend([kind.as_str(), n.as_str()]);
+        cmd.extend(args.iter().map(String::as_str));
+        cmd.extend([now.as_str(), dry]);
+    }
+    match redis_command(&redis().addr(), &cmd).expect("EVAL batch") {
+        Resp::Array(Some(items)) => items.into_iter().skip(1).map(ints).collect(),
+        other => panic!("expected an array of replies, got {other:?}"),
+    }
 }
 
 /// What a dry run at `now_us` must leave as it found it: the key's serialized value and
@@ -196,6 +222,16 @@ fn agree(
                 params
             );
         }
+        let batch = lua_batch_decide(&format!("{key}:batch"), &params, cost, now);
+        prop_assert_eq!(
+            &batch,
+            &vec![expected.clone(), expected.clone()],
+            "batch script (dry run, decision) vs model, step {} cost {} at {} µs, {:?}",
+            i,
+            cost,
+            now,
+            params
+        );
         prop_assert_eq!(
             &rust,
             &expected,

@@ -90,6 +90,8 @@ macro_rules! spec {
                 $(include_str!(concat!("../../lua/", $part, ".lua")),)*
                 include_str!(concat!("../../lua/", $name, ".lua"))
             ),
+            parts: &[$(include_str!(concat!("../../lua/", $part, ".lua"))),*],
+            body: include_str!(concat!("../../lua/", $name, ".lua")),
             family: $family,
         }
     };
@@ -118,6 +120,11 @@ pub struct Spec {
     /// The Lua twin Redis runs: `lua/prelude.lua`, the parts it shares with its lease
     /// script if any, then the algorithm's own file.
     pub lua: &'static str,
+    /// The shared parts of `lua` between the prelude and the body (`lua/<part>.lua`).
+    pub parts: &'static [&'static str],
+    /// The algorithm's own file (`lua/<name>.lua`), the end of `lua`: the batch script
+    /// (`src/store/scripts.rs`) runs it as a function, once per decision.
+    pub body: &'static str,
     /// Which parameters a rule gives it.
     pub family: Family,
 }

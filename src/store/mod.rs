@@ -2,6 +2,7 @@
 //! type every store call returns.
 //!
 //! * [`redis`]: the Redis client (connection set-up, EVALSHA, probes);
+//! * `batch`: a standalone Redis's decisions sent several to an EVALSHA;
 //! * [`scripts`]: what is sent to Redis per algorithm (script, key, arguments, reply);
 //! * [`topology`]: one connection per primary and the slot map;
 //! * [`health`]: whether a primary may be asked (its breaker; the daemon-wide view);
@@ -13,6 +14,7 @@
 //! client library. There is one store today (Redis); a second one would turn [`Store`]
 //! into a trait with the same three calls (`key`, `decide`, and the probe).
 
+mod batch;
 pub mod connect;
 pub mod connection_errors;
 pub mod credentials;

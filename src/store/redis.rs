@@ -17,6 +17,7 @@
 //! * Nothing queues for an unreachable primary: decisions for its keys are not sent
 //!   while its breaker is open, and a probe is not sent while its connection is down.
 
+use super::batch::{Batcher, Job};
 use super::connect::{connection_settings, credentials, secrets_fingerprint, servers, tls_files};
 use super::connection_errors::ConnectionErrors;
 use super::credentials::Credentials;
@@ -36,6 +37,7 @@ use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::oneshot;
 use tokio::sync::Notify;
 
 mod ask;
@@ -76,6 +78,8 @@ pub struct RedisStore {
     pub(super) lateness: Arc<Lateness>,
     pub(super) refresh_wanted: Notify,
     pub(super) refresh_lock: tokio::sync::Mutex<()>,
+    /// Standalone (or Sentinel) Redis: the decisions' queue, sent in batches.
+    batcher: Option<Batcher>,
 }
 
 impl RedisStore {
@@ -130,6 +134,7 @@ impl RedisStore {
             lateness: Arc::new(Lateness::new(timeout)),
             refresh_wanted: Notify::new(),
             refresh_lock: tokio::sync::Mutex::new(()),
+            batcher: (!clustered).then(Batcher::new),
         };
         match servers {
             ServerConfig::Clustered { hosts, .. } => {
@@ -165,6 +170,9 @@ impl RedisStore {
         }
         for primary in &self.topology.load().primaries {
             self.run_primary(primary);
+            if let Some(batcher) = &self.batcher {
+                batcher.start(Arc::downgrade(self), Arc::clone(primary));
+            }
         }
         if self.clustered {
             let store = Arc::clone(self);
@@ -402,6 +410,8 @@ impl RedisStore {
     /// with EVALSHA of `params`' script, unbounded; [`RedisStore::bounded`] bounds it.
     /// Re-loads the scripts on `NOSCRIPT` (one caller for all) and retries. With `peek`,
     /// a dry run ([`scripts::peek_args`]): the same reply, nothing taken or written.
+    /// On a standalone Redis the call goes with the others waiting, in one EVALSHA
+    /// ([`super::batch`]).
     ///
     /// # Errors
     /// What Redis or the connection reports, or a malformed script reply.
@@ -418,7 +428,24 @@ impl RedisStore {
             false => scripts::args(params, cost),
             true => scripts::peek_args(params, cost),
         };
-        let reply = self.run_script(primary, script, key, args).await?;
+        if let Some(batcher) = self.batcher.as_ref().filter(|b| b.started()) {
+            let (reply, answer) = oneshot::channel();
+            let job = Job {
+                key: key.clone(),
+                kind: params.kind(),
+                args: args(),
+                reply,
+            };
+            if batcher.submit(job).is_ok() {
+                let reply = answer
+                    .await
+                    .map_err(|_| Error::new(ErrorKind::Canceled, "the batch sender stopped"))??;
+                return scripts::outcome(&reply);
+            }
+        }
+        // Boxed: fred's call future is several kB, and inline it would make every
+        // decision's future (batched ones included) as large.
+        let reply = Box::pin(self.run_script(primary, script, key, args)).await?;
         scripts::outcome(&reply)
     }
 
@@ -471,7 +498,7 @@ impl RedisStore {
 
     /// Loads the scripts on `primary` again after a `NOSCRIPT`, unless another decision
     /// already did since `seen` (the reload generation it read before its EVALSHA).
-    async fn reload_scripts(&self, primary: &Primary, seen: u64) -> Result<(), Error> {
+    pub(super) async fn reload_scripts(&self, primary: &Primary, seen: u64) -> Result<(), Error> {
         let _one_at_a_time = primary.reload_lock.lock().await;
         if primary.reloads.load(Ordering::Acquire) == seen {
             self.load_scripts(&primary.client).await?;

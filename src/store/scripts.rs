@@ -11,7 +11,8 @@ use fred::error::{Error, ErrorKind};
 use fred::types::scripts::Script;
 use fred::types::Value;
 
-/// Every algorithm's script, then every lease script, loaded together.
+/// Every algorithm's script, then every lease script, then the batch script, loaded
+/// together.
 pub struct Scripts(Vec<Script>);
 
 /// The lease script of an algorithm that takes leases (`lease = "auto"`): prelude, the
@@ -47,7 +48,9 @@ impl Scripts {
     pub fn new() -> Self {
         let decisions = Kind::ALL.iter().map(|k| k.spec().lua);
         let leases = Kind::ALL.iter().map(|k| lease_lua(*k).unwrap_or(""));
-        Scripts(decisions.chain(leases).map(Script::from_lua).collect())
+        let mut scripts: Vec<Script> = decisions.chain(leases).map(Script::from_lua).collect();
+        scripts.push(Script::from_lua(batch_lua()));
+        Scripts(scripts)
     }
 
     /// The script of `kind`.
@@ -61,6 +64,11 @@ impl Scripts {
         &self.0[Kind::ALL.len() + kind as usize]
     }
 
+    /// The batch script ([`batch_lua`]).
+    pub fn batch(&self) -> &Script {
+        &self.0[2 * Kind::ALL.len()]
+    }
+
     /// Every script.
     pub fn all(&self) -> &[Script] {
         &self.0
@@ -71,6 +79,44 @@ impl Default for Scripts {
     fn default() -> Self {
         Scripts::new()
     }
+}
+
+/// The batch script: several decisions, of any algorithms, in one EVALSHA
+/// (`lua/batch.lua` says how it is called and what it returns). Built from the
+/// algorithms' own files: the prelude and their shared parts once, then each
+/// algorithm's script as a function of its `KEYS` and `ARGV`, in the order of
+/// [`Kind::ALL`] (the index [`batch_args`] sends), which sees the decision's key as
+/// `KEYS[1]`, as the prelude's functions do.
+pub fn batch_lua() -> String {
+    let mut lua = String::from("local items, ARGV, keys, KEYS = ARGV, {}, KEYS, {}\n");
+    lua.push_str(include_str!("../../lua/prelude.lua"));
+    let mut parts: Vec<&str> = Vec::new();
+    for part in Kind::ALL.iter().flat_map(|k| k.spec().parts) {
+        if !parts.contains(part) {
+            parts.push(part);
+            lua.push_str(part);
+        }
+    }
+    let mut names = Vec::new();
+    for kind in Kind::ALL {
+        let name = format!("decide_{}", *kind as usize);
+        lua.push_str(&format!("local function {name}(ARGV)\n"));
+        lua.push_str(kind.spec().body);
+        lua.push_str("\nend\n");
+        names.push(name);
+    }
+    lua.push_str(&format!("local algorithms = {{{}}}\n", names.join(", ")));
+    lua.push_str(include_str!("../../lua/batch.lua"));
+    lua
+}
+
+/// One decision's share of the batch script's `ARGV`: its algorithm's index, the count
+/// of its arguments, then `args` (what its own script would take: [`args`] or
+/// [`peek_args`]).
+pub fn batch_args(kind: Kind, args: &[Value], into: &mut Vec<Value>) {
+    into.push(Value::Integer(kind as i64));
+    into.push(Value::Integer(args.len() as i64));
+    into.extend(args.iter().cloned());
 }
 
 /// The Redis key of `tag` (`"<rule>:<key>"`) under `params`' algorithm:

@@ -1,0 +1,255 @@
+//! Decisions for a standalone Redis sent together. Every EVALSHA costs Redis a command,
+//! a script call and a `TIME`, and costs the daemon a call through fred (its command,
+//! frame and futures: most of the daemon's CPU per Redis decision). The decisions
+//! waiting for the primary when its sender task runs go in one EVALSHA of the batch
+//! script (`lua/batch.lua`), which runs each decision's own algorithm script as a
+//! function, in order, on its own key. Nothing waits to fill a batch: under light
+//! load a decision goes at once and alone, with its own script; under load the
+//! decisions that queued behind one another's calls share one.
+//!
+//! Each decision keeps everything it has alone: its own key and arguments, its reply,
+//! its `redis.timeout_ms` (the caller bounds its wait for the batch's answer) and its
+//! report to the primary's breaker. A decision's Redis error (a foreign key's
+//! `WRONGTYPE`, `OOM`) is its own reply; an error of the whole call (the connection,
+//! `NOSCRIPT` after the reloads) is every decision's.
+//!
+//! Redis Cluster does not batch: a script's keys must share a slot there, and a
+//! population of keys spreads over all 16,384.
+
+use super::redis::RedisStore;
+use super::scripts;
+use super::topology::Primary;
+use super::StoreKey;
+use crate::algorithm::Kind;
+use fred::error::{Error, ErrorKind};
+use fred::types::{Key, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+/// At most this many decisions per EVALSHA. It bounds how long one script holds Redis
+/// (about 7–10 µs per token-bucket decision under `redis-benchmark`: under 1 ms for a
+/// full batch) and the size of one reply.
+pub const MAX_BATCH: usize = 64;
+
+/// At most this many batches in flight per primary. While they are, new decisions queue
+/// and leave together with the next batch: one call keeps Redis busy while the next
+/// fills, and a decision finding none in flight goes at once.
+pub const MAX_IN_FLIGHT: usize = 2;
+
+/// What a decision's own script replied, or its error.
+pub type Reply = Result<Vec<i64>, Error>;
+
+/// One decision waiting to be sent.
+pub(super) struct Job {
+    pub key: StoreKey,
+    pub kind: Kind,
+    /// Its own script's arguments ([`scripts::args`] or [`scripts::peek_args`]).
+    pub args: Vec<Value>,
+    pub reply: oneshot::Sender<Reply>,
+}
+
+/// The queue of one standalone primary's decisions and its sender task.
+pub(super) struct Batcher {
+    tx: mpsc::UnboundedSender<Job>,
+    /// Taken by [`Batcher::start`].
+    rx: Mutex<Option<mpsc::UnboundedReceiver<Job>>>,
+    started: AtomicBool,
+}
+
+impl Batcher {
+    /// A queue whose sender task is not running yet.
+    pub fn new() -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Batcher {
+            tx,
+            rx: Mutex::new(Some(rx)),
+            started: AtomicBool::new(false),
+        }
+    }
+
+    /// True once [`Batcher::start`] ran: jobs are sent.
+    pub fn started(&self) -> bool {
+        self.started.load(Ordering::Relaxed)
+    }
+
+    /// Queues `job`; gives it back if the sender task is gone.
+    pub fn submit(&self, job: Job) -> Result<(), Job> {
+        self.tx.send(job).map_err(|e| e.0)
+    }
+
+    /// Starts the sender task for `primary` (once; later calls do nothing). It ends when
+    /// the store goes away.
+    pub fn start(&self, store: Weak<RedisStore>, primary: Arc<Primary>) {
+        let Some(mut rx) = self.rx.lock().ok().and_then(|mut rx| rx.take()) else {
+            return;
+        };
+        self.started.store(true, Ordering::Relaxed);
+        let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+        tokio::spawn(async move {
+            let mut jobs = Vec::with_capacity(MAX_BATCH);
+            loop {
+                let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else {
+                    return;
+                };
+                if rx.recv_many(&mut jobs, MAX_BATCH).await == 0 {
+                    return;
+                }
+                let Some(store) = store.upgrade() else {
+                    return;
+                };
+                let batch = std::mem::replace(&mut jobs, Vec::with_capacity(MAX_BATCH));
+                let primary = Arc::clone(&primary);
+                // Its own task: the next batch goes out without waiting for this one's
+                // answer (fred pipelines them on the connection).
+                tokio::spawn(async move {
+                    store.send_batch(&primary, batch).await;
+                    drop(permit);
+                });
+            }
+        });
+    }
+}
+
+impl RedisStore {
+    /// Sends `batch` to `primary` and answers each job: one job with its own script
+    /// (as without batching), more with the batch script, re-loaded on `NOSCRIPT` and
+    /// retried as [`RedisStore::run_script`] does.
+    async fn send_batch(&self, primary: &Primary, mut batch: Vec<Job>) {
+        if batch.len() == 1 {
+            if let Some(job) = batch.pop() {
+                let script = self.scripts.of(job.kind);
+                let args = || job.args.clone();
+                let reply = self.run_script(primary, script, &job.key, args).await;
+                // The caller may have stopped waiting (its timeout): nothing to do.
+                drop(job.reply.send(reply));
+            }
+            return;
+        }
+        let keys: Vec<Key> = batch.iter().map(|j| j.key.0.clone()).collect();
+        let args = || {
+            let mut args = Vec::with_capacity(batch.iter().map(|j| j.args.len() + 2).sum());
+            for job in &batch {
+                scripts::batch_args(job.kind, &job.args, &mut args);
+            }
+            args
+        };
+        let script = self.scripts.batch();
+        let mut generation = primary.reloads.load(Ordering::Acquire);
+        let mut reloads = 0;
+        let answer = loop {
+            let reply: Result<Value, Error> =
+                script.evalsha(&primary.client, keys.clone(), args()).await;
+            match reply {
+                Err(e) if reloads < 2 && e.details().starts_with("NOSCRIPT") => {
+                    if let Err(e) = self.reload_scripts(primary, generation).await {
+                        break Err(e);
+                    }
+                    generation = primary.reloads.load(Ordering::Acquire);
+                    reloads += 1;
+                }
+                reply => break reply,
+            }
+        };
+        let replies = match answer {
+            Ok(Value::Array(items)) if items.len() == batch.len() => items,
+            Ok(other) => {
+                let e = Error::new(
+                    ErrorKind::Parse,
+                    format!(
+                        "batch script returned {other:?}, expected {} replies",
+                        batch.len()
+                    ),
+                );
+                answer_all(batch, &e);
+                return;
+            }
+            Err(e) => {
+                answer_all(batch, &e);
+                return;
+            }
+        };
+        for (job, item) in batch.into_iter().zip(replies) {
+            drop(job.reply.send(item_reply(item)));
+        }
+    }
+}
+
+/// Gives every job of `batch` the error `e` of the whole call.
+fn answer_all(batch: Vec<Job>, e: &Error) {
+    for job in batch {
+        drop(job.reply.send(Err(e.clone())));
+    }
+}
+
+/// One decision's part of the batch script's reply: its script's integers, or the text
+/// of its error.
+pub(super) fn item_reply(item: Value) -> Reply {
+    match item {
+        Value::Array(values) => values
+            .into_iter()
+            .map(|v| match v {
+                Value::Integer(i) => Ok(i),
+                other => Err(Error::new(
+                    ErrorKind::Parse,
+                    format!("script returned {other:?} where an integer was expected"),
+                )),
+            })
+            .collect(),
+        Value::String(text) => Err(item_error(&text)),
+        Value::Bytes(bytes) => Err(item_error(&String::from_utf8_lossy(&bytes))),
+        other => Err(Error::new(
+            ErrorKind::Parse,
+            format!("batch script returned {other:?} for one decision"),
+        )),
+    }
+}
+
+/// The error a decision's own EVALSHA would have got for the error text `text` (the
+/// kinds fred gives the error replies a decision script can meet), so that it is
+/// classified as without batching ([`super::StoreError::from_redis`]).
+fn item_error(text: &str) -> Error {
+    let kind = match text.split_whitespace().next() {
+        Some("WRONGTYPE") => ErrorKind::InvalidArgument,
+        Some("NOAUTH" | "WRONGPASS") => ErrorKind::Auth,
+        Some("MOVED" | "ASK" | "CLUSTERDOWN") => ErrorKind::Cluster,
+        _ => ErrorKind::Unknown,
+    };
+    Error::new(kind, text.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+
+    #[test]
+    fn an_item_reads_as_its_own_script_reply() {
+        let ok = Value::Array(vec![1.into(), 4.into(), 1000.into(), 0.into()]);
+        assert_eq!(item_reply(ok).ok(), Some(vec![1, 4, 1000, 0]));
+        let bad = Value::Array(vec![1.into(), Value::from("x")]);
+        assert!(item_reply(bad).is_err());
+    }
+
+    #[test]
+    fn item_errors_are_classified_as_a_lone_call_s() {
+        let key = |text: &str| {
+            let e = item_reply(Value::from(text))
+                .err()
+                .map(StoreError::from_redis);
+            matches!(e, Some(StoreError::Key(_)))
+        };
+        // The key's own problem: decided without Redis, Redis stays in use.
+        assert!(key(
+            "WRONGTYPE Operation against a key holding the wrong kind of value"
+        ));
+        assert!(key("ERR user_script:3: attempt to index a nil value"));
+        // Redis cannot decide: the breaker hears it.
+        assert!(!key(
+            "OOM command not allowed when used memory > 'maxmemory'."
+        ));
+        assert!(!key(
+            "ERR The user executing the script can't run this command"
+        ));
+    }
+}

@@ -1,0 +1,156 @@
+//! Decisions sent to a standalone Redis in batches (several to one EVALSHA of the batch
+//! script): under concurrent load each key still gets exactly its rule's count, a key
+//! whose Redis value is foreign is decided locally while the decisions sharing its
+//! batch stay in Redis, and a flushed script cache is reloaded for a batch.
+
+mod common;
+
+use common::*;
+use std::collections::HashMap;
+
+/// A daemon config for one standalone Redis, with [`BUCKET_RULES`].
+fn standalone_config(redis: &RedisStandalone) -> String {
+    format!(
+        "[redis]\nmode = \"standalone\"\nnodes = [\"{}\"]\ntimeout_ms = 500\n\
+         [fallback]\nhosts = 1\n{BUCKET_RULES}",
+        redis.addr()
+    )
+}
+
+/// EVALSHA calls `redis` has served so far (`INFO commandstats`).
+fn script_calls(redis: &RedisStandalone) -> u64 {
+    let info = redis_text(&redis.addr(), &["INFO", "commandstats"]).unwrap_or_default();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|r| r.split(',').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
+/// 8 connections × 16 requests in flight over 200 keys of the `slow` rule (capacity 5,
+/// refill 2/s), each key asked 8 times, within a second: each key's ALLOWs number
+/// its capacity plus what refilled during the run, all decided in Redis, and the
+/// decisions took fewer EVALSHAs than there were decisions.
+#[test]
+fn concurrent_decisions_share_calls_and_each_key_keeps_its_count() {
+    const KEYS: usize = 200;
+    const ASKS: usize = 8;
+    let redis = RedisStandalone::start();
+    let d = Daemon::start(&standalone_config(&redis));
+    assert_eq!(
+        parse_reply(&d.connect().request("CHECK slow warm")).source,
+        "redis"
+    );
+    let calls_before = script_calls(&redis);
+    let started = std::time::Instant::now();
+    // Connection w asks keys w, w + 8, … in turn, ASKS times each, 16 lines at a time.
+    let replies: Vec<(usize, Reply)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..8)
+            .map(|w| {
+                let d = &d;
+                s.spawn(move || {
+                    let mut c = d.connect();
+                    let keys: Vec<usize> = (w..KEYS).step_by(8).collect();
+                    let lines: Vec<(usize, String)> = (0..ASKS)
+                        .flat_map(|_| keys.iter().map(|&k| (k, format!("CHECK slow k{k}"))))
+                        .collect();
+                    let mut out = Vec::new();
+                    for chunk in lines.chunks(16) {
+                        let sent: Vec<String> = chunk.iter().map(|(_, l)| l.clone()).collect();
+                        for ((k, _), line) in chunk.iter().zip(c.pipeline(&sent)) {
+                            out.push((*k, parse_reply(&line)));
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("worker"))
+            .collect()
+    });
+    let elapsed = started.elapsed();
+    let calls = script_calls(&redis) - calls_before;
+    // Capacity 5, refilled at 2/s: at most 5 + 2 × the run's length (rounded up).
+    let bound = 5 + (2.0 * elapsed.as_secs_f64()).ceil() as usize;
+    let mut allowed: HashMap<usize, usize> = HashMap::new();
+    for (k, r) in &replies {
+        assert!(
+            r.source == "redis" || (r.source == "cache" && !r.allowed()),
+            "key {k}: {r:?}"
+        );
+        *allowed.entry(*k).or_default() += usize::from(r.allowed());
+    }
+    eprintln!(
+        "{} decisions in {elapsed:?}: {calls} EVALSHAs; ALLOWs per key {:?}..{:?} (bound {bound})",
+        replies.len(),
+        allowed.values().min(),
+        allowed.values().max()
+    );
+    assert_eq!(replies.len(), KEYS * ASKS);
+    for k in 0..KEYS {
+        let n = allowed.get(&k).copied().unwrap_or(0);
+        assert!(
+            (5..=bound).contains(&n),
+            "key {k}: {n} ALLOWs, expected 5..={bound}"
+        );
+    }
+    assert!(
+        (calls as usize) < replies.len(),
+        "{calls} EVALSHAs for {} decisions: none shared",
+        replies.len()
+    );
+}
+
+/// One pipeline of 16 keys, one of them someone else's string: that key gets
+/// `WRONGTYPE` and is decided locally, the 15 others sharing its batches are decided in
+/// Redis, and the circuit stays closed.
+#[test]
+fn a_foreign_key_in_a_batch_is_decided_locally_and_the_rest_in_redis() {
+    let redis = RedisStandalone::start();
+    let d = Daemon::start(&standalone_config(&redis));
+    let mut c = d.connect();
+    assert_eq!(parse_reply(&c.request("CHECK big warm")).source, "redis");
+    assert_eq!(redis.cli(&["SET", "rl:{big:k7}:tb", "x"]), "OK");
+    let lines: Vec<String> = (0..16).map(|k| format!("CHECK big k{k}")).collect();
+    let calls_before = script_calls(&redis);
+    let replies: Vec<Reply> = c.pipeline(&lines).iter().map(|l| parse_reply(l)).collect();
+    let calls = script_calls(&redis) - calls_before;
+    eprintln!("16 decisions in {calls} EVALSHAs");
+    for (k, r) in replies.iter().enumerate() {
+        let source = if k == 7 { "local" } else { "redis" };
+        assert_eq!(
+            (r.verdict.as_str(), r.source.as_str()),
+            ("ALLOW", source),
+            "k{k}: {r:?}"
+        );
+    }
+    assert!(!d.log().contains("circuit open"), "{}", d.log());
+    assert!(
+        d.log().contains("WRONGTYPE"),
+        "the key's error is logged: {}",
+        d.log()
+    );
+}
+
+/// `SCRIPT FLUSH` (as after a restart or a failover): the next pipeline's batch gets
+/// `NOSCRIPT`, the scripts are loaded again and every decision is made in Redis.
+#[test]
+fn a_flushed_script_cache_is_reloaded_for_a_batch() {
+    let redis = RedisStandalone::start();
+    let d = Daemon::start(&standalone_config(&redis));
+    let mut c = d.connect();
+    assert_eq!(parse_reply(&c.request("CHECK big warm")).source, "redis");
+    assert_eq!(redis.cli(&["SCRIPT", "FLUSH"]), "OK");
+    let lines: Vec<String> = (0..32).map(|k| format!("CHECK big f{k}")).collect();
+    for (k, line) in c.pipeline(&lines).iter().enumerate() {
+        let r = parse_reply(line);
+        assert_eq!(
+            (r.verdict.as_str(), r.remaining, r.source.as_str()),
+            ("ALLOW", 49, "redis"),
+            "f{k}: {r:?}"
+        );
+    }
+    assert!(!d.log().contains("circuit open"), "{}", d.log());
+}
