@@ -40,7 +40,13 @@ for i = 1, #keys do
   elseif type(reply) == 'table' and reply.err then
     out[i] = reply.err
   else
-    out[i] = 'ERR ' .. tostring(reply)
+    -- Redis before 7 raises a Redis error as its text; a Lua error is a message
+    -- without an error code.
+    local text = (tostring(reply):gsub('^%-', ''))
+    if not text:find('^%u+ ') then
+      text = 'ERR ' .. text
+    end
+    out[i] = text
   end
 end
 return out

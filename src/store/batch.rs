@@ -1,11 +1,11 @@
 //! Decisions for a standalone Redis sent together. Every EVALSHA costs Redis a command,
 //! a script call and a `TIME`, and costs the daemon a call through fred (its command,
-//! frame and futures: most of the daemon's CPU per Redis decision). The decisions
-//! waiting for the primary when its sender task runs go in one EVALSHA of the batch
-//! script (`lua/batch.lua`), which runs each decision's own algorithm script as a
-//! function, in order, on its own key. Nothing waits to fill a batch: under light
-//! load a decision goes at once and alone, with its own script; under load the
-//! decisions that queued behind one another's calls share one.
+//! frame and futures). The decisions waiting for the primary when its sender task runs
+//! go in one EVALSHA of the batch script (`lua/batch.lua`), which runs each decision's
+//! own algorithm script as a function, in order, on its own key. Nothing waits to fill
+//! a batch: a decision that finds fewer than [`MAX_IN_FLIGHT`] batches in flight goes
+//! at once (alone, with its own script, when nothing else waits); the others queue and
+//! leave together with the next batch when one comes back.
 //!
 //! Each decision keeps everything it has alone: its own key and arguments, its reply,
 //! its `redis.timeout_ms` (the caller bounds its wait for the batch's answer) and its
@@ -13,8 +13,10 @@
 //! `WRONGTYPE`, `OOM`) is its own reply; an error of the whole call (the connection,
 //! `NOSCRIPT` after the reloads) is every decision's.
 //!
-//! Redis Cluster does not batch: a script's keys must share a slot there, and a
-//! population of keys spreads over all 16,384.
+//! Not batched: Redis Cluster (a script's keys must share a slot there, and a
+//! population of keys spreads over all 16,384), the sliding window log (its decision
+//! reads up to `limit` entries: a batch would hold all of its decisions as long as the
+//! slowest), and lease calls.
 
 use super::redis::RedisStore;
 use super::scripts;

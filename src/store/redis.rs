@@ -27,7 +27,7 @@ use super::scripts::{self, Scripts};
 use super::tls::Tls;
 use super::topology::{self, Primary, Topology};
 use super::{StoreError, StoreKey};
-use crate::algorithm::{token_bucket, Outcome, Params};
+use crate::algorithm::{token_bucket, Kind, Outcome, Params};
 use crate::config::{RedisConfig, RedisMode};
 use arc_swap::ArcSwap;
 use fred::prelude::*;
@@ -411,7 +411,7 @@ impl RedisStore {
     /// Re-loads the scripts on `NOSCRIPT` (one caller for all) and retries. With `peek`,
     /// a dry run ([`scripts::peek_args`]): the same reply, nothing taken or written.
     /// On a standalone Redis the call goes with the others waiting, in one EVALSHA
-    /// ([`super::batch`]).
+    /// ([`super::batch`]), unless it is a sliding window log's.
     ///
     /// # Errors
     /// What Redis or the connection reports, or a malformed script reply.
@@ -428,7 +428,10 @@ impl RedisStore {
             false => scripts::args(params, cost),
             true => scripts::peek_args(params, cost),
         };
-        if let Some(batcher) = self.batcher.as_ref().filter(|b| b.started()) {
+        // Not a sliding window log: its decision reads up to `limit` entries, and a batch
+        // of them would hold every decision in it as long as the slowest.
+        let batcher = self.batcher.as_ref().filter(|b| b.started());
+        if let Some(batcher) = batcher.filter(|_| params.kind() != Kind::SlidingWindowLog) {
             let (reply, answer) = oneshot::channel();
             let job = Job {
                 key: key.clone(),
