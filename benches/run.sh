@@ -394,7 +394,7 @@ if start_daemon standalone; then
             --request 'CHECK one k{n}\n' --keys "$KEYS_DENIED" --expect DENY \
             --expect-contains ' cache'
     done
-    # d: keys uniform over 10^6 -> one EVALSHA per request (all ALLOW).
+    # d: keys uniform over 10^6 -> a Redis decision per request (all ALLOW), sent in batches.
     for s in "${SHAPES[@]}"; do
         measure d "$s" "$DAEMON_PID $REDIS_TCP_PID" --socket "$RLSOCK" \
             --request 'CHECK api k{n}\n' --keys "$KEYS_REDIS" --expect ALLOW \
@@ -509,7 +509,7 @@ describe() {
         s) echo "seeds' token bucket EVALSHA direct (redis-benchmark)" ;;
         c) echo "daemon, deny cache: \`CHECK hot k\` (exhausted)" ;;
         g) echo "daemon, mode none: \`CHECK hot k\` (exhausted)" ;;
-        d) echo "daemon, standalone: \`CHECK api k<n>\`, 10^6 keys (1 EVALSHA each)" ;;
+        d) echo "daemon, standalone: \`CHECK api k<n>\`, 10^6 keys (Redis-decided, batched)" ;;
         e) echo "Redis EVALSHA direct (TCP, loadgen)" ;;
         f) echo "Redis EVALSHA direct (TCP, redis-benchmark)" ;;
         h) echo "g with metrics on" ;;

@@ -1,0 +1,45 @@
+//! Prints the text of a script the daemon sends Redis, as the daemon builds it, for
+//! tools that run it outside the daemon (`benches/script_instructions.sh`):
+//!
+//! ```text
+//! cargo bench --bench script_text -- batch          # the batch script (lua/batch.lua)
+//! cargo bench --bench script_text -- token_bucket   # an algorithm's own script
+//! ```
+//!
+//! Run bare (as `cargo test --all-targets` does), it checks that every algorithm has its
+//! function in the batch script and prints nothing.
+
+use ratelimitd::algorithm::Kind;
+use ratelimitd::store::scripts::batch_lua;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let wanted = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let Some(name) = wanted else {
+        let batch = batch_lua();
+        let missing: Vec<&str> = Kind::ALL
+            .iter()
+            .filter(|k| !batch.contains(&format!("local function decide_{}(", **k as usize)))
+            .map(|k| k.spec().name)
+            .collect();
+        if missing.is_empty() {
+            return ExitCode::SUCCESS;
+        }
+        eprintln!("script_text: the batch script lacks {missing:?}");
+        return ExitCode::FAILURE;
+    };
+    if name == "batch" {
+        print!("{}", batch_lua());
+        return ExitCode::SUCCESS;
+    }
+    match Kind::from_name(&name) {
+        Some(kind) => {
+            print!("{}", kind.spec().lua);
+            ExitCode::SUCCESS
+        }
+        None => {
+            eprintln!("script_text: no script named {name:?} (batch, or an algorithm's name)");
+            ExitCode::FAILURE
+        }
+    }
+}
