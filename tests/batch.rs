@@ -1,7 +1,8 @@
 //! Decisions sent to a standalone Redis in batches (several to one EVALSHA of the batch
 //! script): under concurrent load each key still gets exactly its rule's count, a key
 //! whose Redis value is foreign is decided locally while the decisions sharing its
-//! batch stay in Redis, and a flushed script cache is reloaded for a batch.
+//! batch stay in Redis, a flushed script cache is reloaded for a batch, and a frozen
+//! Redis under batched load is answered locally within `timeout_ms`.
 
 mod common;
 
@@ -153,4 +154,97 @@ fn a_flushed_script_cache_is_reloaded_for_a_batch() {
         );
     }
     assert!(!d.log().contains("circuit open"), "{}", d.log());
+}
+
+/// Redis frozen (`SIGSTOP`) for 600 ms under 4 connections × 16 requests in flight over
+/// 200 keys of the `slow` rule (capacity 5, refill 2/s, one host): every pipeline is
+/// answered within `timeout_ms` plus a margin, the frozen time locally, Redis again
+/// within a second of `SIGCONT`, and no key admits more than Redis's budget plus one
+/// local share over the run (`(5 + 2 T)` each).
+#[test]
+fn a_frozen_redis_under_batched_load_is_answered_locally_within_the_timeout() {
+    const TIMEOUT_MS: u64 = 25;
+    let redis = RedisStandalone::start();
+    let config = standalone_config(&redis).replace("timeout_ms = 500", "timeout_ms = 25");
+    let d = Daemon::start(&config);
+    assert_eq!(
+        parse_reply(&d.connect().request("CHECK slow warm")).source,
+        "redis"
+    );
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let started = std::time::Instant::now();
+    type Run = (Vec<(usize, Reply)>, std::time::Duration, Vec<String>);
+    let runs: Vec<Run> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..4)
+            .map(|w| {
+                let (d, stop) = (&d, &stop);
+                s.spawn(move || {
+                    let mut c = d.connect();
+                    let (mut out, mut slowest, mut last) =
+                        (Vec::new(), Default::default(), Vec::new());
+                    let mut i = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let keys: Vec<usize> = (0..16).map(|j| w * 50 + (i + j) % 50).collect();
+                        i += 16;
+                        let lines: Vec<String> =
+                            keys.iter().map(|k| format!("CHECK slow k{k}")).collect();
+                        let sent = std::time::Instant::now();
+                        let replies = c.pipeline(&lines);
+                        slowest = std::cmp::max(slowest, sent.elapsed());
+                        last.clone_from(&replies);
+                        out.extend(keys.into_iter().zip(replies.iter().map(|l| parse_reply(l))));
+                    }
+                    (out, slowest, last)
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        redis.signal(libc::SIGSTOP);
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        redis.signal(libc::SIGCONT);
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("worker"))
+            .collect()
+    });
+    let elapsed = started.elapsed();
+    let slowest = runs.iter().map(|r| r.1).max().unwrap_or_default();
+    let local = runs
+        .iter()
+        .flat_map(|r| &r.0)
+        .filter(|(_, r)| r.source == "local")
+        .count();
+    let total: usize = runs.iter().map(|r| r.0.len()).sum();
+    let bound = 5 + (2.0 * elapsed.as_secs_f64()).ceil() as usize;
+    let mut allowed: HashMap<usize, usize> = HashMap::new();
+    for (k, r) in runs.iter().flat_map(|r| &r.0) {
+        *allowed.entry(*k).or_default() += usize::from(r.allowed());
+    }
+    let most = allowed.values().copied().max().unwrap_or(0);
+    eprintln!(
+        "{total} decisions in {elapsed:?}, {local} local; slowest pipeline {slowest:?}; \
+         most ALLOWs for a key {most} (bound {})",
+        2 * bound
+    );
+    assert!(
+        local > 0,
+        "nothing was decided locally while Redis was frozen"
+    );
+    let margin = std::time::Duration::from_millis(TIMEOUT_MS + 150);
+    assert!(
+        slowest <= margin,
+        "a pipeline took {slowest:?} > {margin:?}"
+    );
+    assert!(most <= 2 * bound, "a key admitted {most} > {}", 2 * bound);
+    for (_, _, last) in &runs {
+        for line in last {
+            let r = parse_reply(line);
+            assert!(
+                r.source == "redis" || r.source == "cache",
+                "1.2 s after SIGCONT: {line}"
+            );
+        }
+    }
 }
