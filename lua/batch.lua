@@ -11,8 +11,9 @@
 --          its arguments, then its n arguments, exactly as its own script takes them
 --          (ARGV[4] "now", tests only; ARGV[5] "1" for a dry run)
 -- Returns  per decision, its script's reply, or the text of the error it raised
---          (a Redis error reply as Redis gave it, such as "WRONGTYPE …" or "OOM …";
---          a Lua error as "ERR …", as a failed EVAL reports it).
+--          (on Redis 7 a Redis error reply as Redis gave it, such as "WRONGTYPE …" or
+--          "OOM …"; before 7, the text those versions raise, behind "ERR" unless it
+--          starts with an error code; a Lua error as "ERR …", as a failed EVAL says).
 --
 -- Each decision runs as its own script would, one after another: from the batch's
 -- TIME (or its own "now"), on its own key, a failure of one not stopping the others.

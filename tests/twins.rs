@@ -86,25 +86,34 @@ fn lua_decide(key: &str, params: &Params, cost: u64, now_us: u64, dry: bool) -> 
 }
 
 /// The batch script's replies to the dry run then the decision of `cost` at `now_us`,
-/// both on `key`, in one call after a decision on another key (which must not see
-/// their state, nor they its).
+/// both on `key`, in one call, with a decision on another key between them: one unit
+/// an hour later (its state then lies ahead of every later `now`, which its script
+/// clamps to it), which neither may see.
 fn lua_batch_decide(key: &str, params: &Params, cost: u64, now_us: u64) -> Vec<Vec<i64>> {
-    let (_, args) = lua_call(params, cost);
-    let (kind, n) = (
-        (params.kind() as usize).to_string(),
-        (args.len() + 2).to_string(),
-    );
-    let now = now_us.to_string();
+    let item = |cost: u64, now: u64, dry: &str| {
+        let (_, mut args) = lua_call(params, cost);
+        args.extend([now.to_string(), dry.to_string()]);
+        let mut item = vec![(params.kind() as usize).to_string(), args.len().to_string()];
+        item.extend(args);
+        item
+    };
+    let later = now_us + 3_600_000_000;
+    let items = [
+        item(cost, now_us, "1"),
+        item(1, later, "0"),
+        item(cost, now_us, "0"),
+    ];
     let script = ratelimitd::store::scripts::batch_lua();
     let other = format!("{key}:other");
-    let mut cmd = vec!["EVAL", &script, "3", &other, key, key];
-    for dry in ["0", "1", "0"] {
-        cmd.extend([kind.as_str(), n.as_str()]);
-        cmd.extend(args.iter().map(String::as_str));
-        cmd.extend([now.as_str(), dry]);
-    }
+    let mut cmd = vec!["EVAL", &script, "3", key, &other, key];
+    cmd.extend(items.iter().flatten().map(String::as_str));
     match redis_command(&redis().addr(), &cmd).expect("EVAL batch") {
-        Resp::Array(Some(items)) => items.into_iter().skip(1).map(ints).collect(),
+        Resp::Array(Some(items)) => items
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 1)
+            .map(|(_, r)| ints(r))
+            .collect(),
         other => panic!("expected an array of replies, got {other:?}"),
     }
 }

@@ -5,13 +5,16 @@
 //! own algorithm script as a function, in order, on its own key. Nothing waits to fill
 //! a batch: a decision that finds fewer than [`MAX_IN_FLIGHT`] batches in flight goes
 //! at once (alone, with its own script, when nothing else waits); the others queue and
-//! leave together with the next batch when one comes back.
+//! leave together when a batch comes back, or as soon as [`MAX_BATCH`] of them wait.
+//! So a decision waits in this queue for at most one batch's round trip, and never
+//! while a full batch could go.
 //!
-//! Each decision keeps everything it has alone: its own key and arguments, its reply,
-//! its `redis.timeout_ms` (the caller bounds its wait for the batch's answer) and its
-//! report to the primary's breaker. A decision's Redis error (a foreign key's
+//! Each decision keeps its own key and arguments, its reply, its `redis.timeout_ms`
+//! (the caller bounds its wait for the batch's answer, the time queued here included)
+//! and its report to the primary's breaker. A decision's Redis error (a foreign key's
 //! `WRONGTYPE`, `OOM`) is its own reply; an error of the whole call (the connection,
-//! `NOSCRIPT` after the reloads) is every decision's.
+//! `NOSCRIPT` after the reloads) is every decision's. The probes of an open breaker do
+//! not queue here: they measure Redis.
 //!
 //! Not batched: Redis Cluster (a script's keys must share a slot there, and a
 //! population of keys spreads over all 16,384), the sliding window log (its decision
@@ -34,9 +37,10 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 /// full batch) and the size of one reply.
 pub const MAX_BATCH: usize = 64;
 
-/// At most this many batches in flight per primary. While they are, new decisions queue
-/// and leave together with the next batch: one call keeps Redis busy while the next
-/// fills, and a decision finding none in flight goes at once.
+/// At most this many batches of fewer than [`MAX_BATCH`] decisions in flight per
+/// primary. While they are, new decisions queue and leave together when one comes back,
+/// or at once when [`MAX_BATCH`] of them wait: one call keeps Redis busy while the next
+/// fills, and a decision finding fewer in flight goes at once.
 pub const MAX_IN_FLIGHT: usize = 2;
 
 /// What a decision's own script replied, or its error.
@@ -91,12 +95,25 @@ impl Batcher {
         tokio::spawn(async move {
             let mut jobs = Vec::with_capacity(MAX_BATCH);
             loop {
-                let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else {
-                    return;
-                };
-                if rx.recv_many(&mut jobs, MAX_BATCH).await == 0 {
+                if jobs.is_empty() && rx.recv_many(&mut jobs, MAX_BATCH).await == 0 {
                     return;
                 }
+                // A full batch goes at once: the cap on batches in flight only gathers
+                // decisions, it never holds back more than a batch of them.
+                let room = MAX_BATCH.saturating_sub(jobs.len());
+                let permit = match Arc::clone(&in_flight).try_acquire_owned() {
+                    Ok(permit) => Some(permit),
+                    Err(_) if jobs.len() >= MAX_BATCH => None,
+                    Err(_) => tokio::select! {
+                        permit = Arc::clone(&in_flight).acquire_owned() => permit.ok(),
+                        more = rx.recv_many(&mut jobs, room) => {
+                            if more > 0 {
+                                continue;
+                            }
+                            None
+                        }
+                    },
+                };
                 let Some(store) = store.upgrade() else {
                     return;
                 };
@@ -252,6 +269,11 @@ mod tests {
         ));
         assert!(!key(
             "ERR The user executing the script can't run this command"
+        ));
+        // Redis 5 and 6 raise a script's Redis error as text: the batch script keeps it
+        // behind "ERR", as those versions' own EVAL error does.
+        assert!(!key(
+            "ERR @user_script: 3: -OOM command not allowed when used memory > 'maxmemory'."
         ));
     }
 }

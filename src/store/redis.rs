@@ -410,8 +410,10 @@ impl RedisStore {
     /// with EVALSHA of `params`' script, unbounded; [`RedisStore::bounded`] bounds it.
     /// Re-loads the scripts on `NOSCRIPT` (one caller for all) and retries. With `peek`,
     /// a dry run ([`scripts::peek_args`]): the same reply, nothing taken or written.
-    /// On a standalone Redis the call goes with the others waiting, in one EVALSHA
-    /// ([`super::batch`]), unless it is a sliding window log's.
+    /// On a standalone (or Sentinel) Redis the call goes with the others waiting, in one
+    /// EVALSHA ([`super::batch`]), unless it is a sliding window log's: its decision
+    /// reads up to `limit` entries, and a batch holds each of its decisions as long as
+    /// the slowest.
     ///
     /// # Errors
     /// What Redis or the connection reports, or a malformed script reply.
@@ -423,29 +425,43 @@ impl RedisStore {
         cost: u32,
         peek: bool,
     ) -> Result<Outcome, Error> {
-        let script = self.scripts.of(params.kind());
-        let args = || match peek {
-            false => scripts::args(params, cost),
-            true => scripts::peek_args(params, cost),
-        };
-        // Not a sliding window log: its decision reads up to `limit` entries, and a batch
-        // of them would hold every decision in it as long as the slowest.
+        // The batcher sends to the one primary a standalone topology has: `primary`.
         let batcher = self.batcher.as_ref().filter(|b| b.started());
         if let Some(batcher) = batcher.filter(|_| params.kind() != Kind::SlidingWindowLog) {
             let (reply, answer) = oneshot::channel();
             let job = Job {
                 key: key.clone(),
                 kind: params.kind(),
-                args: args(),
+                args: decision_args(params, cost, peek),
                 reply,
             };
             if batcher.submit(job).is_ok() {
-                let reply = answer
-                    .await
-                    .map_err(|_| Error::new(ErrorKind::Canceled, "the batch sender stopped"))??;
+                // Only a bug of this process drops a job unanswered: the key's problem
+                // (an `ERR`), decided without Redis, not a failure of Redis.
+                let reply = answer.await.map_err(|_| {
+                    Error::new(ErrorKind::Unknown, "ERR the batch sender stopped")
+                })??;
                 return scripts::outcome(&reply);
             }
         }
+        self.decide_alone(primary, key, params, cost, peek).await
+    }
+
+    /// [`RedisStore::decide`] with the decision's own script, in an EVALSHA of its own
+    /// (the probes use it: they measure Redis, not the batches queued before them).
+    ///
+    /// # Errors
+    /// What Redis or the connection reports, or a malformed script reply.
+    pub(super) async fn decide_alone(
+        &self,
+        primary: &Primary,
+        key: &StoreKey,
+        params: &Params,
+        cost: u32,
+        peek: bool,
+    ) -> Result<Outcome, Error> {
+        let script = self.scripts.of(params.kind());
+        let args = || decision_args(params, cost, peek);
         // Boxed: fred's call future is several kB, and inline it would make every
         // decision's future (batched ones included) as large.
         let reply = Box::pin(self.run_script(primary, script, key, args)).await?;
@@ -516,6 +532,14 @@ impl RedisStore {
             script.load(client).await?;
         }
         Ok(())
+    }
+}
+
+/// A decision's script arguments: a dry run's with `peek`.
+fn decision_args(params: &Params, cost: u32, peek: bool) -> Vec<Value> {
+    match peek {
+        false => scripts::args(params, cost),
+        true => scripts::peek_args(params, cost),
     }
 }
 

@@ -36,7 +36,7 @@ impl RedisStore {
             let params = Params::TokenBucket(token_bucket::Params::shared(1000, 1000.0, 1));
             let key = self.key(&primary.probe_tag, &params);
             // A real decision, not a dry run: a write refused (a replica, an ACL) shows.
-            let decision = self.decide(primary, &key, &params, 1, false);
+            let decision = self.decide_alone(primary, &key, &params, 1, false);
             match tokio::time::timeout(self.timeout, decision).await {
                 Ok(result) => result.map(drop),
                 Err(_) => Err(Error::new(
