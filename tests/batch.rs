@@ -18,16 +18,6 @@ fn standalone_config(redis: &RedisStandalone) -> String {
     )
 }
 
-/// EVALSHA calls `redis` has served so far (`INFO commandstats`).
-fn script_calls(redis: &RedisStandalone) -> u64 {
-    let info = redis_text(&redis.addr(), &["INFO", "commandstats"]).unwrap_or_default();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|r| r.split(',').next())
-        .and_then(|n| n.parse::<u64>().ok())
-        .unwrap_or(0)
-}
-
 /// 8 connections × 16 requests in flight over 200 keys of the `slow` rule (capacity 5,
 /// refill 2/s), each key asked 8 times, within a second: each key's ALLOWs number
 /// its capacity plus what refilled during the run, all decided in Redis, and the
@@ -42,7 +32,7 @@ fn concurrent_decisions_share_calls_and_each_key_keeps_its_count() {
         parse_reply(&d.connect().request("CHECK slow warm")).source,
         "redis"
     );
-    let calls_before = script_calls(&redis);
+    let calls_before = redis.script_calls();
     let started = std::time::Instant::now();
     // Connection w asks keys w, w + 8, … in turn, ASKS times each, 16 lines at a time.
     let replies: Vec<(usize, Reply)> = std::thread::scope(|s| {
@@ -72,7 +62,7 @@ fn concurrent_decisions_share_calls_and_each_key_keeps_its_count() {
             .collect()
     });
     let elapsed = started.elapsed();
-    let calls = script_calls(&redis) - calls_before;
+    let calls = redis.script_calls() - calls_before;
     // Capacity 5, refilled at 2/s: at most 5 + 2 × the run's length (rounded up).
     let bound = 5 + (2.0 * elapsed.as_secs_f64()).ceil() as usize;
     let mut allowed: HashMap<usize, usize> = HashMap::new();
@@ -115,9 +105,9 @@ fn a_foreign_key_in_a_batch_is_decided_locally_and_the_rest_in_redis() {
     assert_eq!(parse_reply(&c.request("CHECK big warm")).source, "redis");
     assert_eq!(redis.cli(&["SET", "rl:{big:k7}:tb", "x"]), "OK");
     let lines: Vec<String> = (0..16).map(|k| format!("CHECK big k{k}")).collect();
-    let calls_before = script_calls(&redis);
+    let calls_before = redis.script_calls();
     let replies: Vec<Reply> = c.pipeline(&lines).iter().map(|l| parse_reply(l)).collect();
-    let calls = script_calls(&redis) - calls_before;
+    let calls = redis.script_calls() - calls_before;
     eprintln!("16 decisions in {calls} EVALSHAs");
     assert!(
         calls < 16,

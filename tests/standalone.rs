@@ -92,16 +92,6 @@ fn out_of_memory_opens_the_circuit_once_and_recovers() {
     eprintln!("back to redis {:?} after OOM ended", t.elapsed());
 }
 
-/// EVALSHA calls `redis` has served so far (`INFO commandstats`).
-fn script_calls(redis: &RedisStandalone) -> u64 {
-    let info = redis_text(&redis.addr(), &["INFO", "commandstats"]).unwrap_or_default();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|r| r.split(',').next())
-        .and_then(|n| n.parse::<u64>().ok())
-        .unwrap_or(0)
-}
-
 /// A hot denied key whose cached DENY keeps expiring: one dry run per expiry re-asks
 /// Redis while every request, the one that found it expired included, keeps the cached
 /// DENY, and once Redis's state is gone (a flush) the key is admitted again within
@@ -122,7 +112,7 @@ fn an_expiring_hot_deny_is_refreshed_by_one_request() {
         assert!(parse_reply(&c.request("CHECK big h")).allowed());
     }
     assert_eq!(parse_reply(&c.request("CHECK big h")).source, "redis");
-    let calls_before = script_calls(&redis);
+    let calls_before = redis.script_calls();
     // 8 connections, 16 requests in flight each, for 1.5 s.
     let run = Duration::from_millis(1500);
     let started = Instant::now();
@@ -150,7 +140,7 @@ fn an_expiring_hot_deny_is_refreshed_by_one_request() {
     let total: u64 = counts.iter().map(|c| c.0).sum();
     let from_redis: u64 = counts.iter().map(|c| c.1).sum();
     let elapsed_ms = started.elapsed().as_millis() as u64;
-    let calls = script_calls(&redis) - calls_before;
+    let calls = redis.script_calls() - calls_before;
     // Each entry answers TTL_MS from its own asking: at most one refresh per TTL_MS,
     // plus racing claimants (two lookups before the first one's mark lands); twice
     // that is the bound. Without the refresh claim every request in flight (up to 128)
@@ -212,7 +202,7 @@ fn the_request_that_claims_a_refresh_is_answered_from_the_cache() {
         ("DENY", "redis")
     );
     let bucket = || redis.cli(&["HMGET", "rl:{big:k}:tb", "t", "ts"]);
-    let (state, calls) = (bucket(), script_calls(&redis));
+    let (state, calls) = (bucket(), redis.script_calls());
 
     for round in 0..2 {
         std::thread::sleep(Duration::from_millis(150));
@@ -223,7 +213,7 @@ fn the_request_that_claims_a_refresh_is_answered_from_the_cache() {
             "round {round}: the claimant waits for no round trip"
         );
         assert!(
-            wait_until(Duration::from_secs(2), || script_calls(&redis)
+            wait_until(Duration::from_secs(2), || redis.script_calls()
                 > calls + round),
             "round {round}: no refresh reached Redis"
         );
@@ -238,10 +228,10 @@ fn the_request_that_claims_a_refresh_is_answered_from_the_cache() {
 
     // The state is gone: the next refresh comes back ALLOW and writes nothing.
     assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
-    let calls = script_calls(&redis);
+    let calls = redis.script_calls();
     std::thread::sleep(Duration::from_millis(150));
     assert_eq!(parse_reply(&c.request("CHECK big k")).source, "cache");
-    assert!(wait_until(Duration::from_secs(2), || script_calls(&redis) > calls));
+    assert!(wait_until(Duration::from_secs(2), || redis.script_calls() > calls));
     assert_eq!(
         redis.cli(&["EXISTS", "rl:{big:k}:tb"]),
         "0",

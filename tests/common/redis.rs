@@ -305,6 +305,17 @@ impl Drop for RedisNode {
     }
 }
 
+/// EVALSHA calls the Redis at `addr` has served so far (`INFO commandstats`; 0 when it
+/// does not answer).
+pub fn evalsha_calls(addr: &str) -> u64 {
+    let info = redis_text(addr, &["INFO", "commandstats"]).unwrap_or_default();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|r| r.split(',').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
 /// One plain (non-cluster) redis-server. Killed and cleaned up on drop.
 pub struct RedisStandalone {
     node: RedisNode,
@@ -350,6 +361,11 @@ impl RedisStandalone {
     /// Send a signal (e.g. SIGSTOP / SIGCONT).
     pub fn signal(&self, sig: i32) {
         self.node.signal(sig);
+    }
+
+    /// EVALSHA calls it has served so far ([`evalsha_calls`]).
+    pub fn script_calls(&self) -> u64 {
+        evalsha_calls(&self.addr())
     }
 
     pub fn logs_tail(&self, n: usize) -> String {

@@ -45,14 +45,7 @@ impl Setup {
         self.cluster
             .primary_addrs()
             .iter()
-            .map(|a| {
-                let info = redis_text(a, &["INFO", "commandstats"]).unwrap_or_default();
-                info.lines()
-                    .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-                    .and_then(|r| r.split(',').next())
-                    .and_then(|n| n.parse::<u64>().ok())
-                    .unwrap_or(0)
-            })
+            .map(|a| evalsha_calls(a))
             .sum()
     }
 }
