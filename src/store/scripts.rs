@@ -84,9 +84,9 @@ impl Default for Scripts {
 /// The batch script: several decisions, of any algorithms, in one EVALSHA
 /// (`lua/batch.lua` says how it is called and what it returns). Built from the
 /// algorithms' own files: the prelude and their shared parts once, then each
-/// algorithm's script as a function of its `KEYS` and `ARGV`, in the order of
-/// [`Kind::ALL`] (the index [`batch_args`] sends), which sees the decision's key as
-/// `KEYS[1]`, as the prelude's functions do.
+/// algorithm's script as a function of its `ARGV`, in the order of [`Kind::ALL`] (the
+/// index [`batch_args`] sends). The loop sets the decision's key as `KEYS[1]` of a
+/// table the functions and the prelude's helpers share.
 pub fn batch_lua() -> String {
     let mut lua = String::from("local items, ARGV, keys, KEYS = ARGV, {}, KEYS, {}\n");
     lua.push_str(include_str!("../../lua/prelude.lua"));
