@@ -203,7 +203,7 @@ fn answer_all(batch: Vec<Job>, e: &Error) {
 
 /// One decision's part of the batch script's reply: its script's integers, or the text
 /// of its error.
-pub(super) fn item_reply(item: Value) -> Reply {
+fn item_reply(item: Value) -> Reply {
     match item {
         Value::Array(values) => values
             .into_iter()
