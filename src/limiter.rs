@@ -17,6 +17,7 @@
 
 mod ask;
 mod lease;
+mod refresh;
 
 use crate::admission::Peer;
 use crate::cache::{DenyCache, Lookup};
@@ -106,6 +107,8 @@ pub struct Limiter {
     /// This daemon's leases (rules with `lease = "auto"`), and whether their sweeper runs.
     leases: crate::lease::Book<lease::Home>,
     sweeper: std::sync::OnceLock<()>,
+    /// The deny cache's refreshes claimed and not sent yet: they leave together.
+    refreshes: refresh::Refreshes,
 }
 
 /// Per-key Redis errors are logged at most this often.
@@ -182,15 +185,12 @@ impl Limiter {
     /// A limiter for `config`. `redis` is `None` in `mode = "none"`; `circuit` is shared
     /// with the Redis prober.
     pub fn new(config: &Config, redis: Option<Arc<Store>>, circuit: Arc<Circuit>) -> Self {
+        let grace_ms = config.redis.timeout_ms.saturating_mul(2);
         Limiter {
             rules: ArcSwap::from_pointee(activate(config.rules.clone())),
             // An expired entry answers while its refresh is in flight: at most the time
             // the Redis call may take (one timeout, one more when this process was late).
-            cache: DenyCache::new(
-                config.cache.ttl_ms,
-                config.cache.max_entries,
-                config.redis.timeout_ms.saturating_mul(2),
-            ),
+            cache: DenyCache::new(config.cache.ttl_ms, config.cache.max_entries, grace_ms),
             local: LocalBuckets::new(config.fallback.max_keys),
             redis,
             circuit,
@@ -199,6 +199,7 @@ impl Limiter {
             keys: TagKey::default(),
             leases: crate::lease::Book::new(crate::lease::new_holder_id()),
             sweeper: std::sync::OnceLock::new(),
+            refreshes: refresh::Refreshes::new(Duration::from_millis(grace_ms)),
         }
     }
 
@@ -371,11 +372,12 @@ impl Limiter {
         };
         // This request claimed the refresh of an expired cached DENY: it is answered
         // from the entry like the others, and a dry run refreshes the entry in the
-        // background (unless the primary is down or the daemon at its cap of calls in
-        // flight to Redis: then the entry lapses at the end of its grace).
+        // background, gathered with the other refreshes claimed within a few ms (unless
+        // the primary is down or the daemon at its cap of calls in flight to Redis: then
+        // the entry lapses at the end of its grace).
         if let Some(cached) = refresh {
             if let (Some(primary), Some(slot)) = (primary, peer.background_slot()) {
-                ask(primary).refresh(slot);
+                self.refreshes.push(ask(primary), slot);
             }
             return decided(cached);
         }

@@ -250,3 +250,64 @@ fn the_request_that_claims_a_refresh_is_answered_from_the_cache() {
         "the entry is dropped and the dry run took nothing"
     );
 }
+
+/// Refreshes claimed within a few ms of each other reach Redis together: 20 expired
+/// cached DENYs, claimed one request after another, cost a handful of EVALSHAs, not 20.
+/// Each is still refreshed: Redis lost the state (a flush), so each dry run's ALLOW
+/// drops its entry, and each key's next request is decided by Redis on a full bucket,
+/// long before its extended entry would have lapsed.
+#[test]
+fn refreshes_claimed_together_reach_redis_together() {
+    const KEYS: usize = 20;
+    // The gathering lasts 5 ms (a quarter of the grace, 2 × timeout_ms, when shorter).
+    const GATHER_MS: u64 = 5;
+    let redis = RedisStandalone::start();
+    // A grace of 2 s: an entry claimed here would answer until then without its refresh.
+    let config = standalone_config(&redis).replace("timeout_ms = 25", "timeout_ms = 1000");
+    let d = Daemon::start(&format!(
+        "{config}\n[cache]\nttl_ms = 100\n[fallback]\nhosts = 1\n"
+    ));
+    let mut c = d.connect();
+    // "big": 50 units, refilled at 0.001/s.
+    for k in 0..KEYS {
+        let burst: Vec<String> = (0..51).map(|_| format!("CHECK big r{k}")).collect();
+        let last = c.pipeline(&burst).pop().unwrap_or_default();
+        assert!(last.starts_with("DENY 50 0 "), "key {k}: {last}");
+    }
+    assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
+    std::thread::sleep(Duration::from_millis(150));
+
+    let calls = redis.script_calls();
+    let claimed = Instant::now();
+    for k in 0..KEYS {
+        let r = parse_reply(&c.request(&format!("CHECK big r{k}")));
+        assert_eq!(
+            (r.verdict.as_str(), r.source.as_str()),
+            ("DENY", "cache"),
+            "key {k}: the claimant is answered from its entry"
+        );
+    }
+    let claims_ms = claimed.elapsed().as_millis() as u64;
+    // Each gathering spans GATHER_MS from its first claim, and goes out in at most two
+    // EVALSHAs (the store may send the first of calls made together alone).
+    let bound = 2 * (claims_ms / GATHER_MS + 1);
+    assert!(
+        wait_until(Duration::from_secs(1), || redis.script_calls() > calls),
+        "no refresh reached Redis"
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    let sent = redis.script_calls() - calls;
+    eprintln!("{KEYS} refreshes claimed in {claims_ms} ms: {sent} EVALSHAs (bound {bound})");
+    assert!(
+        sent <= bound,
+        "{sent} EVALSHAs for {KEYS} refreshes > {bound}"
+    );
+    for k in 0..KEYS {
+        let r = parse_reply(&c.request(&format!("CHECK big r{k}")));
+        assert_eq!(
+            (r.verdict.as_str(), r.remaining, r.source.as_str()),
+            ("ALLOW", 49, "redis"),
+            "key {k}: its refresh dropped the entry"
+        );
+    }
+}

@@ -1,0 +1,85 @@
+//! The deny cache's refreshes, gathered. A refresh is a dry run that no client waits
+//! for: the expired entry keeps answering while it is in flight (the cache's grace). Sent
+//! one by one, refreshes are Redis calls at random moments, each a wake-up of the
+//! daemon's Redis connection and of Redis: 10³ denied keys at `cache.ttl_ms = 500` are
+//! 2,000 a second, and on a busy core each delays the request queued behind it.
+//! Refreshes claimed within [`GATHER`] of each other leave together when it ends: one
+//! wake-up for all of them, and on a standalone Redis one EVALSHA (the store sends the
+//! calls made together as one batch).
+//!
+//! The wait comes out of the grace: it is at most a quarter of it (half of
+//! `redis.timeout_ms`), so the dry run keeps the rest. A refresh that still comes back
+//! after the grace only lets its entry lapse: the next request asks Redis for real.
+
+use super::ask::Ask;
+use crate::admission::RedisSlot;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How long the first refresh of a gathering waits for others: 5 ms, or a quarter of
+/// the grace when that is shorter. At 2,000 refreshes a second, batches of about 10.
+pub const GATHER: Duration = Duration::from_millis(5);
+
+/// Refreshes claimed and not sent yet, with the slot each holds of the daemon's cap of
+/// calls in flight to Redis (so the cap counts them while they wait).
+pub(super) struct Refreshes {
+    waiting: Mutex<Vec<(Ask, RedisSlot)>>,
+    gather: Duration,
+}
+
+impl Refreshes {
+    /// Gathering for [`GATHER`] or `grace / 4`, whichever is shorter.
+    pub fn new(grace: Duration) -> Self {
+        Refreshes {
+            waiting: Mutex::new(Vec::new()),
+            gather: GATHER.min(grace / 4),
+        }
+    }
+
+    /// Queues the refresh `ask` (its `limiter` holds this queue). The first refresh of
+    /// a gathering starts its timer; when it fires, every refresh waiting starts at once
+    /// ([`Ask::refresh`]). Outside a Tokio runtime nothing starts, as for
+    /// [`Ask::refresh`]: the entry lapses at the end of its grace.
+    pub fn push(&self, ask: Ask, slot: RedisSlot) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let limiter = Arc::clone(&ask.limiter);
+        let first = {
+            let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+            waiting.push((ask, slot));
+            waiting.len() == 1
+        };
+        if first {
+            let gather = self.gather;
+            runtime.spawn(async move {
+                tokio::time::sleep(gather).await;
+                let due = std::mem::take(
+                    &mut *limiter
+                        .refreshes
+                        .waiting
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner()),
+                );
+                for (ask, slot) in due {
+                    ask.refresh(slot);
+                }
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wait_is_at_most_a_quarter_of_the_grace() {
+        assert_eq!(Refreshes::new(Duration::from_millis(200)).gather, GATHER);
+        assert_eq!(
+            Refreshes::new(Duration::from_millis(8)).gather,
+            Duration::from_millis(2)
+        );
+        assert_eq!(Refreshes::new(Duration::ZERO).gather, Duration::ZERO);
+    }
+}
