@@ -137,6 +137,18 @@ fn caches(c: &mut Criterion) {
     c.bench_function("deny cache: miss", |b| {
         b.iter(|| cache.lookup(keys.of(b"cold", black_box(b"k")), 1, wall_clock_us()))
     });
+    // A claim: the entry is 501 ms old (past its 500 ms ttl, within the 50 ms grace).
+    // Each iteration writes a new DENY first ("remember"), then claims it.
+    let claimed = keys.of(b"claim", b"k");
+    c.bench_function("deny cache: remember", |b| {
+        b.iter(|| cache.remember(claimed, 1, &deny, wall_clock_us() - 501_000.0, 0, false))
+    });
+    c.bench_function("deny cache: remember, then claim its refresh", |b| {
+        b.iter(|| {
+            cache.remember(claimed, 1, &deny, wall_clock_us() - 501_000.0, 0, false);
+            cache.lookup(claimed, 1, wall_clock_us())
+        })
+    });
 }
 
 criterion_group!(benches, protocol, algorithms, caches);

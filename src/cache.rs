@@ -18,6 +18,7 @@ use crate::decision::{Decision, Source};
 use crate::key::{KeyHash, Prehashed};
 use moka::ops::compute::Op;
 use moka::sync::Cache;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 mod front;
@@ -29,14 +30,14 @@ struct Entry {
     cost: u32,
     /// When Redis was asked, wall clock µs.
     at_us: f64,
-    /// How long the entry answers, µs.
+    /// How long the entry answers, µs; past it, until the grace is over, while its
+    /// refresh is claimed ([`page::Slot::claimed`]) and in flight.
     ttl_us: f64,
-    /// A request has claimed its refresh and `ttl_us` was extended by the grace (an
-    /// entry is extended once: after that, expired means gone).
-    extended: bool,
-    /// The cache's generation when the request that Redis answered was made: an entry
-    /// of an earlier generation (before a reload cleared the cache) never answers.
-    generation: u64,
+    /// The cache's generation when the request that Redis answered was made, its low
+    /// 32 bits (two generations 2³² reloads apart would have to meet within one DENY's
+    /// life to be confused): an entry of an earlier generation (before a reload cleared
+    /// the cache) never answers. 32 bits keep a page's slot at 80 bytes.
+    generation: u32,
 }
 
 /// What the deny cache holds for a request.
@@ -140,13 +141,13 @@ impl DenyCache {
         if generation != self.generation() {
             return;
         }
+        let generation = low_bits(generation);
         let ttl = self.ttl.min(Duration::from_millis(decision.wait_ms));
         let entry = Entry {
             decision: *decision,
             cost,
             at_us: asked_us,
             ttl_us: ttl.as_micros() as f64,
-            extended: false,
             generation,
         };
         // A slot that can no longer answer: of an earlier generation, or past its ttl
@@ -194,16 +195,22 @@ impl DenyCache {
         // This thread's memo first: a fresh entry answers without a moka read.
         if let Some(entry) = front::get(self.owner, key) {
             let elapsed = (now_us - entry.at_us).max(0.0);
-            if entry.cost == cost && entry.generation == self.generation() && elapsed < entry.ttl_us
+            if entry.cost == cost
+                && entry.generation == low_bits(self.generation())
+                && elapsed < entry.ttl_us
             {
                 return Lookup::Hit(answer(&entry, elapsed));
             }
         }
         let id = page::page_of(key, self.pages);
-        let Some(entry) = entries.get(&id).and_then(|p| page::find(&p, key)) else {
+        let Some(current) = entries.get(&id) else {
             return Lookup::Miss;
         };
-        if entry.cost != cost || entry.generation != self.generation() {
+        let Some(slot) = page::slot(&current, key) else {
+            return Lookup::Miss;
+        };
+        let entry = slot.entry;
+        if entry.cost != cost || entry.generation != low_bits(self.generation()) {
             return Lookup::Miss;
         }
         let elapsed = (now_us - entry.at_us).max(0.0);
@@ -211,52 +218,20 @@ impl DenyCache {
             // At most the grace past its ttl, and never past its wait_ms.
             let wait_us = entry.decision.wait_ms as f64 * 1000.0;
             let until = (entry.ttl_us + self.grace_us).min(wait_us);
-            if entry.extended || elapsed >= until {
+            if elapsed >= until {
                 return Lookup::Miss;
             }
-            // Claimed in moka's per-key lock: of the requests that found it expired, one
-            // extends the entry and refreshes it; the others are answered from it.
-            // Gone meanwhile (a refresh's ALLOW dropped it, or an eviction): a miss.
-            let mut found = None;
-            entries.entry(id).and_compute_with(|current| {
-                let Some(current) = current.map(|p| p.into_value()) else {
-                    return Op::Nop;
-                };
-                // Still the entry read: the same DENY, not yet claimed.
-                let claim = page::find(&current, key).map(|e| {
-                    e.at_us == entry.at_us
-                        && e.cost == entry.cost
-                        && e.generation == entry.generation
-                        && !e.extended
-                });
-                found = claim;
-                if claim != Some(true) {
-                    return Op::Nop;
-                }
-                let extended = Entry {
-                    ttl_us: until,
-                    extended: true,
-                    ..entry
-                };
-                Op::Put(page::with(
-                    Some(&current),
-                    key,
-                    extended,
-                    self.max_slots,
-                    |_| false,
-                ))
-            });
-            return match found {
-                Some(true) => Lookup::Refresh(answer(&entry, elapsed)),
-                // Claimed by another request, or replaced by a newer DENY: answered
-                // from the DENY read, still within its grace and its wait_ms.
-                Some(false) => Lookup::Hit(answer(&entry, elapsed)),
-                None => Lookup::Miss,
+            // Of the requests that find it expired, the one that flips the flag claims
+            // its refresh; all are answered from it until the grace is over. A page
+            // replaced meanwhile (a newer DENY, a refresh's ALLOW) leaves this claim on
+            // the old copy: one more dry run at most, never a lost answer.
+            return if slot.claimed.swap(true, Ordering::AcqRel) {
+                Lookup::Hit(answer(&entry, elapsed))
+            } else {
+                Lookup::Refresh(answer(&entry, elapsed))
             };
         }
-        if !entry.extended {
-            front::put(self.owner, key, entry);
-        }
+        front::put(self.owner, key, entry);
         Lookup::Hit(answer(&entry, elapsed))
     }
 
@@ -284,6 +259,11 @@ impl DenyCache {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// The low 32 bits of a generation, as an entry keeps it.
+fn low_bits(generation: u64) -> u32 {
+    generation as u32
 }
 
 /// The cached DENY of `entry`, `elapsed` µs after Redis was asked: `reset_ms` and

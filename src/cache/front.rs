@@ -7,8 +7,8 @@
 //! direct-mapped array, and answers from it while that entry is fresh; moka is read
 //! again once per entry per thread per `cache.ttl_ms`.
 //!
-//! Only a fresh entry that has not been extended for a refresh is memoized, and a memo
-//! answers only while that entry is fresh: for its cost, within its ttl (itself at most
+//! Only a fresh entry is memoized (one past its ttl, its refresh claimed or not, is
+//! read from moka), and a memo answers only while that entry is fresh: for its cost, within its ttl (itself at most
 //! its `wait_ms`), and in the cache's generation (a reload's clear moves it on, which
 //! every memo read checks). So a memo answer is always a DENY Redis gave for that cost
 //! within `min(cache.ttl_ms, wait_ms)`, the same promise moka's entries keep; what moka
@@ -17,13 +17,13 @@
 //! DENY) does not end a memo early: more DENYs of that kind, never an admission. Nor do
 //! memo answers tell moka's LRU that the key was read: a full cache may evict it first.
 //!
-//! Memory: 88 bytes per slot, 352 kB per runtime thread that decided from the cache.
+//! Memory: 80 bytes per slot, 320 kB per runtime thread that decided from the cache.
 
 use super::Entry;
 use crate::key::KeyHash;
 use std::cell::RefCell;
 
-/// Slots per thread (a power of two): 4,096 × 88 bytes = 352 kB, allocated on the
+/// Slots per thread (a power of two): 4,096 × 80 bytes = 320 kB, allocated on the
 /// thread's first memoized entry.
 const SLOTS: usize = 4096;
 
@@ -91,8 +91,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_slot_is_88_bytes_and_owners_keep_apart() {
-        assert_eq!(std::mem::size_of::<Option<Slot>>(), 88);
+    fn a_slot_is_80_bytes_and_owners_keep_apart() {
+        assert_eq!(std::mem::size_of::<Option<Slot>>(), 80);
         let (a, b) = (new_owner(), new_owner());
         assert_ne!(a, b);
         assert!(get(a, 7).is_none());

@@ -14,6 +14,7 @@
 
 use super::Entry;
 use crate::key::KeyHash;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Mean DENYs per page in a full cache (pages = `max_entries` ÷ this, rounded up): moka's
@@ -29,10 +30,35 @@ pub(super) const KEYS_PER_PAGE: u64 = 8;
 pub(super) const MAX_SLOTS: usize = 32;
 
 /// One key's DENY in a page.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub(super) struct Slot {
     pub key: KeyHash,
     pub entry: Entry,
+    /// Set by the one request that claims the refresh of the expired entry: the page is
+    /// shared, read-only otherwise, so the claim is a flag flipped once, not a write to
+    /// moka. A copy of the page (another key's write) carries it over.
+    pub claimed: AtomicBool,
+}
+
+impl Slot {
+    /// `entry` under `key`, not claimed.
+    pub fn new(key: KeyHash, entry: Entry) -> Self {
+        Slot {
+            key,
+            entry,
+            claimed: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Clone for Slot {
+    fn clone(&self) -> Self {
+        Slot {
+            key: self.key,
+            entry: self.entry,
+            claimed: AtomicBool::new(self.claimed.load(Ordering::Acquire)),
+        }
+    }
 }
 
 /// A page's value in moka: its slots, in no particular order, at most one per key.
@@ -49,7 +75,12 @@ pub(super) fn page_of(key: KeyHash, pages: u64) -> u64 {
 
 /// The entry `page` holds for `key`.
 pub(super) fn find(page: &[Slot], key: KeyHash) -> Option<Entry> {
-    page.iter().find(|s| s.key == key).map(|s| s.entry)
+    slot(page, key).map(|s| s.entry)
+}
+
+/// The slot `page` holds for `key`.
+pub(super) fn slot(page: &[Slot], key: KeyHash) -> Option<&Slot> {
+    page.iter().find(|s| s.key == key)
 }
 
 /// A copy of `page` (none: an empty one) with `entry` as `key`'s slot, in place of the
@@ -82,14 +113,14 @@ pub(super) fn with(
     }
     keep[..n]
         .iter()
-        .map(|&i| page[usize::from(i)])
-        .chain(std::iter::once(Slot { key, entry }))
+        .map(|&i| page[usize::from(i)].clone())
+        .chain(std::iter::once(Slot::new(key, entry)))
         .collect()
 }
 
 /// A copy of `page` without `key`'s slot, or `None` when nothing would be left.
 pub(super) fn without(page: &[Slot], key: KeyHash) -> Option<Page> {
-    let slots: Vec<Slot> = page.iter().filter(|s| s.key != key).copied().collect();
+    let slots: Vec<Slot> = page.iter().filter(|s| s.key != key).cloned().collect();
     (!slots.is_empty()).then(|| slots.into())
 }
 
@@ -116,7 +147,6 @@ mod tests {
             cost: 1,
             at_us,
             ttl_us: 500_000.0,
-            extended: false,
             generation: 0,
         }
     }

@@ -96,7 +96,7 @@ fn one_request_refreshes_an_expired_entry_while_the_others_keep_it() {
     c.remember(k("r:k"), 1, &deny(9_000), t, 0, true);
     hit(c.lookup(k("r:k"), 1, t + 499_999.0));
     refresh(c.lookup(k("r:k"), 1, t + 500_000.0));
-    // ... then ALLOW: the extended entry goes at once.
+    // ... then ALLOW: the claimed entry goes at once.
     c.remember(
         k("r:k"),
         1,
@@ -173,4 +173,38 @@ fn keys_sharing_a_page_keep_their_own_entries() {
     assert_eq!(c.lookup(key(1), 1, t), Lookup::Miss);
     assert_eq!(hit(c.lookup(key(8), 1, t)).wait_ms, 308 - 249);
     assert_eq!(c.len(), 7);
+}
+
+#[test]
+fn a_claim_survives_a_write_to_its_page() {
+    // Room for 8 DENYs: one page holds both keys.
+    let c = DenyCache::new(500, 8, 50);
+    c.remember(k("r:a"), 1, &deny(10_000), T0, 0, false);
+    c.remember(k("r:b"), 1, &deny(10_000), T0, 0, false);
+    let t = T0 + 500_000.0;
+    refresh(c.lookup(k("r:a"), 1, t));
+    // Another key's DENY copies the page: the claim goes with it.
+    c.remember(k("r:b"), 1, &deny(10_000), t, 0, false);
+    hit(c.lookup(k("r:a"), 1, t + 1.0));
+    hit(c.lookup(k("r:b"), 1, t + 1.0));
+}
+
+#[test]
+fn racing_requests_claim_a_refresh_once() {
+    let c = DenyCache::new(500, 100, 50);
+    c.remember(k("r:k"), 1, &deny(10_000), T0, 0, false);
+    let t = T0 + 500_000.0;
+    let claims: usize = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                s.spawn(|| {
+                    (0..1000)
+                        .filter(|_| matches!(c.lookup(k("r:k"), 1, t), Lookup::Refresh(_)))
+                        .count()
+                })
+            })
+            .collect();
+        threads.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+    });
+    assert_eq!(claims, 1);
 }
