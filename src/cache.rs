@@ -30,8 +30,9 @@ struct Entry {
     cost: u32,
     /// When Redis was asked, wall clock µs.
     at_us: f64,
-    /// How long the entry answers, µs; past it, until the grace is over, while its
-    /// refresh is claimed ([`page::Slot::claimed`]) and in flight.
+    /// How long the entry answers as fresh, µs. Past it, the entry still answers until
+    /// the grace is over, while the refresh one request claimed
+    /// ([`page::Slot::claimed`]) is in flight.
     ttl_us: f64,
     /// The cache's generation when the request that Redis answered was made, its low
     /// 32 bits (two generations 2³² reloads apart would have to meet within one DENY's

@@ -8,14 +8,15 @@
 //! again once per entry per thread per `cache.ttl_ms`.
 //!
 //! Only a fresh entry is memoized (one past its ttl, its refresh claimed or not, is
-//! read from moka), and a memo answers only while that entry is fresh: for its cost, within its ttl (itself at most
-//! its `wait_ms`), and in the cache's generation (a reload's clear moves it on, which
-//! every memo read checks). So a memo answer is always a DENY Redis gave for that cost
-//! within `min(cache.ttl_ms, wait_ms)`, the same promise moka's entries keep; what moka
-//! may have done since on another thread (evicted the entry, replaced it with a newer
-//! DENY or another cost's, or dropped it for a refresh's ALLOW racing with a newer
-//! DENY) does not end a memo early: more DENYs of that kind, never an admission. Nor do
-//! memo answers tell moka's LRU that the key was read: a full cache may evict it first.
+//! read from moka), and a memo answers only while that entry is fresh: for its cost,
+//! within its ttl (itself at most its `wait_ms`), and in the cache's generation (a
+//! reload's clear moves it on, which every memo read checks). So a memo answer is
+//! always a DENY Redis gave for that cost within `min(cache.ttl_ms, wait_ms)`, the same
+//! promise moka's entries keep; what moka may have done since on another thread
+//! (evicted the entry, replaced it with a newer DENY or another cost's, or dropped it
+//! for a refresh's ALLOW racing with a newer DENY) does not end a memo early: more
+//! DENYs of that kind, never an admission. Nor do memo answers tell moka's LRU that the
+//! key was read: a full cache may evict it first.
 //!
 //! Memory: 80 bytes per slot, 320 kB per runtime thread that decided from the cache.
 

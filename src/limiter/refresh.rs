@@ -44,13 +44,13 @@ impl Refreshes {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let limiter = Arc::clone(&ask.limiter);
         let first = {
             let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+            let first = waiting.is_empty().then(|| Arc::clone(&ask.limiter));
             waiting.push((ask, slot));
-            waiting.len() == 1
+            first
         };
-        if first {
+        if let Some(limiter) = first {
             let gather = self.gather;
             runtime.spawn(async move {
                 tokio::time::sleep(gather).await;
