@@ -106,7 +106,7 @@ impl DenyCache {
     /// clock µs, when the cache's generation was `generation`) under `key`: a DENY for
     /// `min(ttl, wait_ms)` from then, so it never outlives Redis's own `wait_ms`. An
     /// ALLOW or a zero wait is not remembered, and when it answers a refresh
-    /// ([`Lookup::Refresh`], `refreshing`: a dry run's answer) it drops the extended
+    /// ([`Lookup::Refresh`], `refreshing`: a dry run's answer) it drops the claimed
     /// entry at once (Redis would admit the key now, e.g. it was reset), so the next
     /// request asks Redis for real. A refresh that got no answer from Redis leaves the
     /// entry to lapse at the end of its grace.
@@ -223,9 +223,10 @@ impl DenyCache {
                 return Lookup::Miss;
             }
             // Of the requests that find it expired, the one that flips the flag claims
-            // its refresh; all are answered from it until the grace is over. A page
-            // replaced meanwhile (a newer DENY, a refresh's ALLOW) leaves this claim on
-            // the old copy: one more dry run at most, never a lost answer.
+            // its refresh; all are answered from it until the grace is over. A copy of
+            // the page written meanwhile (another key's DENY, a newer DENY, an eviction)
+            // can miss this claim or take it from a stale copy: one more dry run per
+            // such write at most, never an admission.
             return if slot.claimed.swap(true, Ordering::AcqRel) {
                 Lookup::Hit(answer(&entry, elapsed))
             } else {

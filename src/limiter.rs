@@ -188,8 +188,9 @@ impl Limiter {
         let grace_ms = config.redis.timeout_ms.saturating_mul(2);
         Limiter {
             rules: ArcSwap::from_pointee(activate(config.rules.clone())),
-            // An expired entry answers while its refresh is in flight: at most the time
-            // the Redis call may take (one timeout, one more when this process was late).
+            // An expired entry answers while its refresh waits to be sent (at most a
+            // quarter of this) and is in flight: at most the time the Redis call may
+            // take (one timeout, one more when this process was late).
             cache: DenyCache::new(config.cache.ttl_ms, config.cache.max_entries, grace_ms),
             local: LocalBuckets::new(config.fallback.max_keys),
             redis,

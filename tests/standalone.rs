@@ -223,7 +223,7 @@ fn the_request_that_claims_a_refresh_is_answered_from_the_cache() {
             "round {round}: the dry run wrote the bucket"
         );
         // The next round's claim shows that the refresh replaced the entry: the
-        // extended one (until 500 ms after the DENY) would answer without a claim.
+        // claimed one (until 500 ms after the DENY) would answer without a claim.
     }
 
     // The state is gone: the next refresh comes back ALLOW and writes nothing.
@@ -255,7 +255,7 @@ fn the_request_that_claims_a_refresh_is_answered_from_the_cache() {
 /// cached DENYs, claimed one request after another, cost a handful of EVALSHAs, not 20.
 /// Each is still refreshed: Redis lost the state (a flush), so each dry run's ALLOW
 /// drops its entry, and each key's next request is decided by Redis on a full bucket,
-/// long before its extended entry would have lapsed.
+/// long before its claimed entry would have lapsed at the end of its grace.
 #[test]
 fn refreshes_claimed_together_reach_redis_together() {
     const KEYS: usize = 20;
@@ -288,9 +288,11 @@ fn refreshes_claimed_together_reach_redis_together() {
         );
     }
     let claims_ms = claimed.elapsed().as_millis() as u64;
-    // Each gathering spans GATHER_MS from its first claim, and goes out in at most two
-    // EVALSHAs (the store may send the first of calls made together alone).
-    let bound = 2 * (claims_ms / GATHER_MS + 1);
+    // Each gathering spans GATHER_MS from its first claim, and goes out in at most three
+    // EVALSHAs: the store sends a call at once, alone, while fewer than two batches are
+    // in flight, which on a multi-thread runtime can happen to two of them before the
+    // rest arrive together.
+    let bound = 3 * (claims_ms / GATHER_MS + 1);
     assert!(
         wait_until(Duration::from_secs(1), || redis.script_calls() > calls),
         "no refresh reached Redis"

@@ -8,10 +8,12 @@
 //! calls made together as one batch).
 //!
 //! The wait comes out of the grace: it is at most a quarter of it (half of
-//! `redis.timeout_ms`), so the dry run keeps the rest. A refresh that still comes back
-//! after the grace only lets its entry lapse: the next request asks Redis for real.
+//! `redis.timeout_ms`; none when that is under 1 ms), so the dry run keeps the rest. A
+//! refresh that still comes back after the grace only lets its entry lapse: the next
+//! request asks Redis for real.
 
 use super::ask::Ask;
+use super::Limiter;
 use crate::admission::RedisSlot;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,6 +21,11 @@ use std::time::Duration;
 /// How long the first refresh of a gathering waits for others: 5 ms, or a quarter of
 /// the grace when that is shorter. At 2,000 refreshes a second, batches of about 10.
 pub const GATHER: Duration = Duration::from_millis(5);
+
+/// A wait shorter than this is no wait: Tokio's timer counts whole milliseconds, so it
+/// would take 1 ms, more than a quarter of a grace this short. Such a refresh starts at
+/// once, alone.
+const SHORTEST_WAIT: Duration = Duration::from_millis(1);
 
 /// Refreshes claimed and not sent yet, with the slot each holds of the daemon's cap of
 /// calls in flight to Redis (so the cap counts them while they wait).
@@ -44,6 +51,10 @@ impl Refreshes {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        if self.gather < SHORTEST_WAIT {
+            ask.refresh(slot);
+            return;
+        }
         let first = {
             let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
             let first = waiting.is_empty().then(|| Arc::clone(&ask.limiter));
@@ -53,18 +64,32 @@ impl Refreshes {
         if let Some(limiter) = first {
             let gather = self.gather;
             runtime.spawn(async move {
+                // Drained however the wait ends (its timer, a panic, the task dropped
+                // with its runtime): a queue left full would arm no timer again.
+                let due = Due(limiter);
                 tokio::time::sleep(gather).await;
-                let due = std::mem::take(
-                    &mut *limiter
-                        .refreshes
-                        .waiting
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner()),
-                );
-                for (ask, slot) in due {
-                    ask.refresh(slot);
-                }
+                drop(due);
             });
+        }
+    }
+}
+
+/// The end of a gathering: on drop, every refresh waiting starts ([`Ask::refresh`];
+/// nothing starts when the runtime is gone, and their slots are given back).
+struct Due(Arc<Limiter>);
+
+impl Drop for Due {
+    fn drop(&mut self) {
+        let due = std::mem::take(
+            &mut *self
+                .0
+                .refreshes
+                .waiting
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for (ask, slot) in due {
+            ask.refresh(slot);
         }
     }
 }
@@ -81,5 +106,7 @@ mod tests {
             Duration::from_millis(2)
         );
         assert_eq!(Refreshes::new(Duration::ZERO).gather, Duration::ZERO);
+        // redis.timeout_ms = 1: no wait at all (Tokio's timer would take 1 ms).
+        assert!(Refreshes::new(Duration::from_millis(2)).gather < SHORTEST_WAIT);
     }
 }
