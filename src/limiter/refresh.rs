@@ -62,11 +62,11 @@ impl Refreshes {
             first
         };
         if let Some(limiter) = first {
+            // Drained however the wait ends (its timer, a panic, the task dropped with
+            // its runtime, polled or not): a queue left full would arm no timer again.
+            let due = Due(limiter);
             let gather = self.gather;
             runtime.spawn(async move {
-                // Drained however the wait ends (its timer, a panic, the task dropped
-                // with its runtime): a queue left full would arm no timer again.
-                let due = Due(limiter);
                 tokio::time::sleep(gather).await;
                 drop(due);
             });
