@@ -16,35 +16,10 @@
 //! still sits in Redis' queue, so it still counts.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll};
-use std::time::Duration;
 
-/// A uid/gid allow-list (`server.allow_uids` / `allow_gids`, or a rule's): both empty
-/// lets every peer through; otherwise a peer needs its uid in `uids` or its (effective,
-/// primary) gid in `gids`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PeerAccess {
-    /// Allowed peer uids.
-    pub uids: Vec<u32>,
-    /// Allowed peer gids (primary gid only: `SO_PEERCRED` carries no supplementary groups).
-    pub gids: Vec<u32>,
-}
-
-impl PeerAccess {
-    /// True if a peer with `uid` and `gid` may be served.
-    pub fn allows(&self, uid: u32, gid: u32) -> bool {
-        self.is_open() || self.uids.contains(&uid) || self.gids.contains(&gid)
-    }
-
-    /// True if the lists restrict nothing (both empty).
-    pub fn is_open(&self) -> bool {
-        self.uids.is_empty() && self.gids.is_empty()
-    }
-}
+pub use crate::config::PeerAccess;
 
 /// The bounds on requests in flight to Redis (`[server]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,70 +182,11 @@ impl Drop for RedisSlot {
     }
 }
 
-/// A call to Redis that holds a [`RedisSlot`] (moved into `F`): awaited by its caller,
-/// and, if the caller stops waiting (its `redis.timeout_ms` ran out, or its connection
-/// closed), finished on a task of its own, so that the slot comes back only when Redis
-/// is done with the request. `limit` bounds that task, a backstop: the Redis client gives
-/// up on a command by itself.
-pub struct UntilDone<F>
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    call: Option<Pin<Box<F>>>,
-    limit: Duration,
-}
-
-impl<F> UntilDone<F>
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    /// Wraps `call`.
-    pub fn new(call: F, limit: Duration) -> Self {
-        UntilDone {
-            call: Some(Box::pin(call)),
-            limit,
-        }
-    }
-}
-
-impl<F> Future for UntilDone<F>
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.get_mut();
-        let Some(call) = this.call.as_mut() else {
-            return Poll::Pending;
-        };
-        let out = call.as_mut().poll(cx);
-        if out.is_ready() {
-            this.call = None;
-        }
-        out
-    }
-}
-
-impl<F> Drop for UntilDone<F>
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    fn drop(&mut self) {
-        if let (Some(call), Ok(runtime)) = (self.call.take(), tokio::runtime::Handle::try_current())
-        {
-            runtime.spawn(tokio::time::timeout(self.limit, call));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::UntilDone;
+    use std::time::Duration;
 
     #[test]
     fn access_lists() {

@@ -5,13 +5,14 @@
 //! only parses the CLI, sets up logging and calls [`run`].
 
 use crate::config::{Config, OnRedisFailure, RedisMode};
+use crate::envoy::limits::Shared as EnvoyLimits;
 use crate::limiter::Limiter;
 use crate::metrics;
 use crate::server::{self, BindError, ConnectionLimits};
 use crate::signals::{self, Reloader, Signals};
 use crate::store::health::Circuit;
 use crate::store::hosts::{Heartbeat, HEARTBEAT_EVERY};
-use crate::store::{Store, StoreError};
+use crate::store::{RedisStore, StoreError};
 use crate::systemd::{self, ActivationError};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -49,7 +50,11 @@ pub enum StartError {
 /// Runs the daemon with `config` (read from `config_path`, re-read on SIGHUP) until
 /// SIGTERM or SIGINT. Builds the runtime: one worker thread is a current-thread runtime
 /// (no work-stealing machinery to pay for); more, the multi-thread scheduler.
-pub fn run(config_path: PathBuf, config: Config) -> Result<(), StartError> {
+pub fn run(
+    config_path: PathBuf,
+    config: Config,
+    envoy: Option<EnvoyLimits>,
+) -> Result<(), StartError> {
     let threads = config.server.worker_threads();
     let mut builder = if threads == 1 {
         tokio::runtime::Builder::new_current_thread()
@@ -59,10 +64,14 @@ pub fn run(config_path: PathBuf, config: Config) -> Result<(), StartError> {
         b
     };
     let runtime = builder.enable_all().build().map_err(StartError::Runtime)?;
-    runtime.block_on(serve(config_path, config))
+    runtime.block_on(serve(config_path, config, envoy))
 }
 
-async fn serve(config_path: PathBuf, config: Config) -> Result<(), StartError> {
+async fn serve(
+    config_path: PathBuf,
+    config: Config,
+    envoy_limits: Option<EnvoyLimits>,
+) -> Result<(), StartError> {
     // Installed first, so a signal during start-up is handled, not fatal.
     let signals = Signals::install().map_err(StartError::Signals)?;
     // Socket activation (systemd/ratelimitd.socket): serve the socket systemd passed.
@@ -79,8 +88,9 @@ async fn serve(config_path: PathBuf, config: Config) -> Result<(), StartError> {
     systemd::notify_status("starting: connecting to Redis");
     let (redis, circuit) = start_redis(&config).await?;
     let store = redis.clone();
-    let limiter = Arc::new(Limiter::new(&config, redis, Arc::clone(&circuit)));
-    let heartbeat = start_heartbeat(&config, store.as_ref(), &circuit, &limiter).await;
+    let limiter = Arc::new(Limiter::new(&config, redis));
+    let envoy_auto = envoy_limits.as_ref().is_some_and(|l| l.any_fallback_auto());
+    let heartbeat = start_heartbeat(&config, envoy_auto, store.as_ref(), &circuit, &limiter).await;
     let sampler = config.metrics.listen.map(|_| {
         let limiter = Arc::clone(&limiter);
         tokio::spawn(metrics::sample_sizes(move || limiter.sizes()))
@@ -126,7 +136,7 @@ async fn serve(config_path: PathBuf, config: Config) -> Result<(), StartError> {
     });
 
     let shutdown = CancellationToken::new();
-    let envoy = crate::envoy::start(&config, &limiter, shutdown.clone()).await?;
+    let envoy = crate::envoy::start(&config, envoy_limits, &limiter, shutdown.clone()).await?;
     let reloader = Reloader {
         path: config_path,
         current: config.clone(),
@@ -202,16 +212,12 @@ fn raise_nofile(config: &Config) {
 /// force through an outage). With a fixed number only, says which.
 async fn start_heartbeat(
     config: &Config,
-    redis: Option<&Arc<Store>>,
+    envoy_auto: bool,
+    redis: Option<&Arc<RedisStore>>,
     circuit: &Arc<Circuit>,
     limiter: &Arc<Limiter>,
 ) -> Option<tokio::task::JoinHandle<()>> {
     let redis = redis?;
-    let envoy_auto = config
-        .envoy
-        .limits
-        .as_ref()
-        .is_some_and(|l| l.any_fallback_auto());
     let auto = envoy_auto || config.rules.values().any(|r| r.fallback_auto);
     if !auto {
         tracing::info!(
@@ -290,7 +296,9 @@ fn warn_about_small_shares(config: &Config) {
 
 /// Builds the Redis store (unless `mode = "none"`), waits briefly for it, and starts the
 /// background prober. The circuit starts closed only if Redis answered.
-async fn start_redis(config: &Config) -> Result<(Option<Arc<Store>>, Arc<Circuit>), StartError> {
+async fn start_redis(
+    config: &Config,
+) -> Result<(Option<Arc<RedisStore>>, Arc<Circuit>), StartError> {
     if config.redis.mode == RedisMode::None {
         tracing::info!(
             "redis.mode = none: every decision is made by local buckets with the full limits"
@@ -298,7 +306,7 @@ async fn start_redis(config: &Config) -> Result<(Option<Arc<Store>>, Arc<Circuit
         return Ok((None, Arc::new(Circuit::new(true))));
     }
     let circuit = Arc::new(Circuit::new(true));
-    let store = Arc::new(Store::new(&config.redis, Arc::clone(&circuit))?);
+    let store = Arc::new(RedisStore::new(&config.redis, Arc::clone(&circuit))?);
     for warning in store.check_secrets()? {
         tracing::warn!("{warning}");
     }

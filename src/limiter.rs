@@ -2,7 +2,9 @@
 //! Redis, or the fallback (docs/PROTOCOL.md, "Failure behaviour").
 //!
 //! It knows neither the wire format (the server parses requests and encodes replies)
-//! nor the Redis client (it talks to [`Store`] and gets [`crate::store::StoreError`]s).
+//! nor the Redis client: it asks a [`Store`] one bounded question per decision and gets
+//! an outcome or a classified [`crate::store::StoreError`]; where the key lives, whether
+//! its primary is healthy, batching and the time bound are the store's business.
 //!
 //! ```text
 //! CHECK ─ rule? ─ peer allowed? ─ cost ≤ limit? ─┬─ mode none ──────────────► local twin (full limit)
@@ -15,9 +17,11 @@
 //!                                                                           └► error of this key only: on_redis_failure
 //! ```
 
-mod ask;
 mod lease;
+mod query;
 mod refresh;
+#[cfg(test)]
+mod tests;
 
 use crate::admission::Peer;
 use crate::cache::{DenyCache, Lookup};
@@ -27,8 +31,7 @@ use crate::decision::Decision;
 use crate::fallback::{decide_without_redis, LocalBuckets};
 use crate::key::{fits, tag_in, TagKey, TAG_MAX};
 use crate::metrics::{DecisionCounters, RedisCalls};
-use crate::store::health::Circuit;
-use crate::store::Store;
+use crate::store::{RedisStore, Store};
 use crate::throttle::Throttle;
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
@@ -92,32 +95,27 @@ fn activate(rules: Rules) -> Active {
         .collect()
 }
 
-/// Everything a decision needs, shared by all connections.
-pub struct Limiter {
+/// Everything a decision needs, shared by all connections; `S` is where shared state
+/// lives (Redis in production).
+pub struct Limiter<S: Store = RedisStore> {
     rules: ArcSwap<Active>,
     cache: DenyCache,
     local: LocalBuckets,
-    redis: Option<Arc<Store>>,
-    circuit: Arc<Circuit>,
+    redis: Option<Arc<S>>,
     /// Per-key Redis errors are logged through this.
     key_errors: Throttle,
     redis_calls: RedisCalls,
     /// Turns a tag into the key of the deny cache and the local buckets, once a request.
     keys: TagKey,
     /// This daemon's leases (rules with `lease = "auto"`), and whether their sweeper runs.
-    leases: crate::lease::Book<lease::Home>,
+    leases: crate::lease::Book<lease::Home<S>>,
     sweeper: std::sync::OnceLock<()>,
     /// The deny cache's refreshes claimed and not sent yet: they leave together.
-    refreshes: refresh::Refreshes,
+    refreshes: refresh::Refreshes<S>,
 }
 
 /// Per-key Redis errors are logged at most this often.
 const KEY_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
-
-/// A decision whose reply went out on `redis.timeout_ms` keeps its Redis slot until
-/// Redis answers it (the Redis client gives up on it after `max(1 s, 2 × timeout)`);
-/// this is only a backstop in case it never does.
-const SLOT_HELD_AT_MOST: Duration = Duration::from_secs(10);
 
 /// A decision with the rule's policy window, ms (the seventh field of the reply).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,10 +179,17 @@ pub enum Check {
     Redis(Pin<Box<dyn Future<Output = Decided> + Send>>),
 }
 
-impl Limiter {
-    /// A limiter for `config`. `redis` is `None` in `mode = "none"`; `circuit` is shared
-    /// with the Redis prober.
-    pub fn new(config: &Config, redis: Option<Arc<Store>>, circuit: Arc<Circuit>) -> Self {
+impl Limiter<RedisStore> {
+    /// A limiter deciding every request in this process (`redis.mode = "none"`).
+    pub fn local(config: &Config) -> Self {
+        Limiter::new(config, None)
+    }
+}
+
+impl<S: Store> Limiter<S> {
+    /// A limiter for `config` asking `redis` (`None` in `mode = "none"`: every decision
+    /// local, at the rules' full limits).
+    pub fn new(config: &Config, redis: Option<Arc<S>>) -> Self {
         let grace_ms = config.redis.timeout_ms.saturating_mul(2);
         Limiter {
             rules: ArcSwap::from_pointee(activate(config.rules.clone())),
@@ -194,7 +199,6 @@ impl Limiter {
             cache: DenyCache::new(config.cache.ttl_ms, config.cache.max_entries, grace_ms),
             local: LocalBuckets::new(config.fallback.max_keys),
             redis,
-            circuit,
             key_errors: Throttle::new(KEY_ERROR_LOG_INTERVAL),
             redis_calls: RedisCalls::default(),
             keys: TagKey::default(),
@@ -355,16 +359,11 @@ impl Limiter {
         let redis_key = redis.key(tag, &rule.params);
         // Only the primary owning this key's slot matters: keys of healthy primaries
         // keep going to Redis while another primary is down.
-        let primary = redis.route(&redis_key);
-        let bypass = match &primary {
-            Some(p) => self.circuit.is_open() && p.health.is_open(),
-            None => true,
-        };
-        let primary = primary.filter(|_| !bypass);
-        let ask = |primary| ask::Ask {
+        let route = redis.route(&redis_key);
+        let query = |route| query::Query {
             limiter: Arc::clone(self),
             redis: Arc::clone(redis),
-            primary,
+            route,
             entry: Arc::clone(entry),
             redis_key,
             key,
@@ -377,19 +376,19 @@ impl Limiter {
         // the primary is down or the daemon at its cap of calls in flight to Redis: then
         // the entry lapses at the end of its grace).
         if let Some(cached) = refresh {
-            if let (Some(primary), Some(slot)) = (primary, peer.background_slot()) {
-                self.refreshes.push(ask(primary), slot);
+            if let (Some(route), Some(slot)) = (route, peer.background_slot()) {
+                self.refreshes.push(query(route), slot);
             }
             return decided(cached);
         }
-        let Some(primary) = primary else {
+        let Some(route) = route else {
             let now = clock.now_us();
             return decided(decide_without_redis(&self.local, rule, key, cost, now));
         };
         let Some(slot) = peer.redis_slot() else {
             return self.no_redis_slot(entry, key, cost, peer);
         };
-        Check::Redis(Box::pin(ask(primary).decide(slot)))
+        Check::Redis(Box::pin(query(route).decide(slot)))
     }
 
     /// The answer when `peer` holds its share of the requests in flight to Redis (or the

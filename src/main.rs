@@ -68,6 +68,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let envoy = match ratelimitd::envoy::load::limits_for(&config) {
+        Ok(limits) => limits,
+        Err(e) => {
+            journal::eprint_error(&format!("ratelimitd: invalid configuration: {e}"));
+            return ExitCode::from(2);
+        }
+    };
     if cli.check {
         // The files the config names must be usable too: a reload that would fail on
         // an unreadable password file or a bad certificate fails here.
@@ -84,7 +91,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        let envoy = match (&config.envoy.listen, &config.envoy.limits) {
+        let envoy = match (&config.envoy.listen, &envoy) {
             (Some(listen), Some(l)) => format!(
                 ", envoy {listen}: {} domains, {} limits",
                 l.domains.len(),
@@ -101,7 +108,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    match daemon::run(config_path, config) {
+    match daemon::run(config_path, config, envoy) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e @ daemon::StartError::Runtime(_)) => {
             journal::eprint_error(&format!("ratelimitd: {e}"));

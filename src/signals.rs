@@ -6,7 +6,7 @@ use crate::config::{diff, Config};
 use crate::envoy::service::Rls;
 use crate::limiter::Limiter;
 use crate::metrics;
-use crate::store::Store;
+use crate::store::RedisStore;
 use crate::systemd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -41,7 +41,7 @@ pub struct Reloader {
     /// Takes the new rules.
     pub limiter: Arc<Limiter>,
     /// Takes the new secrets (`None` in `redis.mode = "none"`).
-    pub store: Option<Arc<Store>>,
+    pub store: Option<Arc<RedisStore>>,
     /// Takes the new Envoy limits (`None` without `[envoy] listen`).
     pub envoy: Option<Arc<Rls>>,
     /// The status line systemd shows.
@@ -99,14 +99,18 @@ fn reload(
         tracing::error!("SIGHUP: new configuration rejected, the old one stays in force: {e}");
         e.to_string()
     })?;
+    let limits = crate::envoy::load::limits_for(&new).map_err(|e| {
+        tracing::error!("SIGHUP: new configuration rejected, the old one stays in force: {e}");
+        e.to_string()
+    })?;
     for what in diff::needs_restart(current, &new) {
         tracing::warn!(
             "SIGHUP: {what} changed; it needs a restart to apply (the running value stays)"
         );
     }
     limiter.replace_rules(new.rules.clone());
-    if let (Some(rls), Some(limits)) = (envoy, &new.envoy.limits) {
-        rls.replace(Arc::clone(limits));
+    if let (Some(rls), Some(limits)) = (envoy, limits) {
+        rls.replace(Arc::clone(&limits));
         tracing::info!(
             domains = limits.domains.len(),
             limits = limits.all.len(),
@@ -120,7 +124,7 @@ fn reload(
 /// Re-reads the Redis password and TLS files and reconnects, so a fixed password or
 /// certificate applies without a restart; a file that cannot be used is logged and the
 /// material in force stays.
-async fn reload_secrets(store: &Store, config: &Config) {
+async fn reload_secrets(store: &RedisStore, config: &Config) {
     match store.reload_secrets(&config.redis).await {
         Ok(warnings) => {
             for warning in warnings {

@@ -11,7 +11,6 @@ use ratelimitd::config::Config;
 use ratelimitd::limiter::Limiter;
 use ratelimitd::server::connection::serve;
 use ratelimitd::server::ConnectionLimits;
-use ratelimitd::store::health::Circuit;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::Arc;
@@ -121,7 +120,7 @@ fn allocations(max_keys: u64, key: impl Fn(u64) -> u64) -> u64 {
         "alloc.rs",
     )
     .unwrap();
-    let limiter = Arc::new(Limiter::new(&config, None, Arc::new(Circuit::new(false))));
+    let limiter = Arc::new(Limiter::local(&config));
     let limits = ConnectionLimits::from(&config.server);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

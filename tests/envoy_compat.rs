@@ -16,7 +16,6 @@ use ratelimitd::admission::Peer;
 use ratelimitd::config::Config;
 use ratelimitd::envoy::service::Rls;
 use ratelimitd::limiter::Limiter;
-use ratelimitd::store::health::Circuit;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -28,12 +27,15 @@ fn data_dir() -> String {
     format!("{}/tests/data/envoy", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The config `toml` loaded from a file in a temporary directory.
+/// The config `toml` loaded from a file in a temporary directory, with the Envoy limits
+/// it names (as the daemon loads them: the TOML, then the YAML).
 fn load(toml: &str) -> Result<Config, String> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ratelimitd.toml");
     std::fs::write(&path, toml).unwrap();
-    Config::load(&path).map_err(|e| e.to_string())
+    let config = Config::load(&path).map_err(|e| e.to_string())?;
+    ratelimitd::envoy::load::limits_for(&config).map_err(|e| e.to_string())?;
+    Ok(config)
 }
 
 fn service(config_dir: &str) -> Rls {
@@ -41,8 +43,10 @@ fn service(config_dir: &str) -> Rls {
         "[envoy]\nlisten = \"127.0.0.1:0\"\nconfig_dir = \"{config_dir}\"\n"
     ))
     .unwrap();
-    let limiter = Arc::new(Limiter::new(&config, None, Arc::new(Circuit::new(true))));
-    let limits = config.envoy.limits.clone().unwrap();
+    let limiter = Arc::new(Limiter::local(&config));
+    let limits = ratelimitd::envoy::load::limits_for(&config)
+        .unwrap()
+        .unwrap();
     Rls::new(limiter, limits, Peer::unbounded(0, 0))
 }
 
@@ -382,10 +386,12 @@ fn toml_rules_decide_descriptors_with_any_algorithm() {
         dir.path().display()
     );
     let config = load(&toml).unwrap();
-    let limiter = Arc::new(Limiter::new(&config, None, Arc::new(Circuit::new(true))));
+    let limiter = Arc::new(Limiter::local(&config));
     let rls = Rls::new(
         limiter,
-        config.envoy.limits.clone().unwrap(),
+        ratelimitd::envoy::load::limits_for(&config)
+            .unwrap()
+            .unwrap(),
         Peer::unbounded(0, 0),
     );
     let d = [("generic_key", "checkout"), ("user_id", "42")];
@@ -428,10 +434,12 @@ fn ietf_headers_name_the_descriptor_closest_to_its_limit() {
         data_dir()
     ))
     .unwrap();
-    let limiter = Arc::new(Limiter::new(&config, None, Arc::new(Circuit::new(true))));
+    let limiter = Arc::new(Limiter::local(&config));
     let rls = Rls::new(
         limiter,
-        config.envoy.limits.clone().unwrap(),
+        ratelimitd::envoy::load::limits_for(&config)
+            .unwrap()
+            .unwrap(),
         Peer::unbounded(0, 0),
     );
     let both: [&[(&str, &str)]; 2] = [
@@ -475,13 +483,17 @@ fn a_relative_config_dir_is_relative_to_the_toml_file() {
     )
     .unwrap();
     let config = Config::load(&path).unwrap();
-    assert!(config.envoy.limits.unwrap().domains.contains_key("d"));
+    let limits = ratelimitd::envoy::load::limits_for(&config).unwrap();
+    assert!(limits.unwrap().domains.contains_key("d"));
     std::fs::write(
         &path,
         "[envoy]\nlisten = \"127.0.0.1:0\"\nconfig_dir = \"nope\"\n",
     )
     .unwrap();
-    let e = Config::load(&path).unwrap_err().to_string();
+    let config = Config::load(&path).unwrap();
+    let e = ratelimitd::envoy::load::limits_for(&config)
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("nope") && e.contains("envoy.config_dir: cannot read the directory"),
         "{e}"

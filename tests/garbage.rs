@@ -209,7 +209,6 @@ mod stream_property {
     use ratelimitd::limiter::Limiter;
     use ratelimitd::protocol::{ErrorCode, Frame, LineDecoder, ProtoError, Reply};
     use ratelimitd::server::dispatch::{handle, Pending};
-    use ratelimitd::store::health::Circuit;
     use std::sync::Arc;
     use tokio_util::codec::Decoder;
 
@@ -217,7 +216,7 @@ mod stream_property {
         static LIMITER: std::sync::OnceLock<Arc<Limiter>> = std::sync::OnceLock::new();
         LIMITER.get_or_init(|| {
             let config = Config::parse(super::CONFIG, "test").unwrap();
-            Arc::new(Limiter::new(&config, None, Arc::new(Circuit::new(true))))
+            Arc::new(Limiter::local(&config))
         })
     }
 

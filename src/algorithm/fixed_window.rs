@@ -7,13 +7,16 @@
 use super::{ceil_ms, Family, Outcome, Spec, WindowParams, MAX_LIMIT};
 
 /// This algorithm's entry in the table (`super::registry`).
-pub const SPEC: Spec = super::spec!(
-    "fixed_window",
-    "fw",
-    Family::Window {
-        max_limit: MAX_LIMIT
-    }
-);
+pub const SPEC: Spec = Spec {
+    lease: super::lease!("fixed_window", "lease_window"),
+    ..super::spec!(
+        "fixed_window",
+        "fw",
+        Family::Window {
+            max_limit: MAX_LIMIT
+        }
+    )
+};
 
 /// Parameters: `limit` per `window`.
 pub type Params = WindowParams;

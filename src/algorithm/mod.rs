@@ -93,10 +93,25 @@ macro_rules! spec {
             parts: &[$(include_str!(concat!("../../lua/", $part, ".lua"))),*],
             body: include_str!(concat!("../../lua/", $name, ".lua")),
             family: $family,
+            lease: None,
         }
     };
 }
 pub(crate) use spec;
+
+/// The lease script of algorithm `$name` ([`Spec::lease`]), with the shared parts
+/// `$part` (`lua/<part>.lua`) between the lease bookkeeping and its own file.
+macro_rules! lease {
+    ($name:literal $(, $part:literal)*) => {
+        Some(concat!(
+            include_str!("../../lua/prelude.lua"),
+            include_str!("../../lua/lease.lua"),
+            $(include_str!(concat!("../../lua/", $part, ".lua")),)*
+            include_str!(concat!("../../lua/lease_", $name, ".lua"))
+        ))
+    };
+}
+pub(crate) use lease;
 
 /// Largest capacity/limit accepted: keeps micro-token arithmetic exact in doubles.
 pub const MAX_LIMIT: u64 = 1_000_000_000;
@@ -127,6 +142,11 @@ pub struct Spec {
     pub body: &'static str,
     /// Which parameters a rule gives it.
     pub family: Family,
+    /// Its lease script (`lease = "auto"`): the prelude, the shared lease bookkeeping
+    /// (`lua/lease.lua`), the parts only some lease scripts share, then
+    /// `lua/lease_<name>.lua`. `None` for an algorithm whose leased budget could not be
+    /// kept exact.
+    pub lease: Option<&'static str>,
 }
 
 /// The parameter families of the algorithms (what a `[[rule]]` gives besides its name).

@@ -15,14 +15,17 @@ use super::fixed_window::window_start;
 use super::{ceil_ms, settle, Family, Outcome, Spec, WindowParams, MAX_LIMIT};
 
 /// This algorithm's entry in the table (`super::registry`).
-pub const SPEC: Spec = super::spec!(
-    "sliding_window_counter",
-    "swc",
-    Family::Window {
-        max_limit: MAX_LIMIT
-    },
-    "window_counter"
-);
+pub const SPEC: Spec = Spec {
+    lease: super::lease!("sliding_window_counter", "lease_window", "window_counter"),
+    ..super::spec!(
+        "sliding_window_counter",
+        "swc",
+        Family::Window {
+            max_limit: MAX_LIMIT
+        },
+        "window_counter"
+    )
+};
 
 /// Parameters: `limit` per (estimated) sliding `window`.
 pub type Params = WindowParams;

@@ -10,13 +10,16 @@
 use super::{ceil_ms, settle, Family, Outcome, Spec};
 
 /// This algorithm's entry in the table (`super::registry`).
-pub const SPEC: Spec = super::spec!(
-    "token_bucket",
-    "tb",
-    Family::Bucket {
-        rate: "refill_rate"
-    }
-);
+pub const SPEC: Spec = Spec {
+    lease: super::lease!("token_bucket"),
+    ..super::spec!(
+        "token_bucket",
+        "tb",
+        Family::Bucket {
+            rate: "refill_rate"
+        }
+    )
+};
 
 pub use super::MICRO;
 

@@ -89,7 +89,7 @@ pub fn applied(current: Config, new: Config) -> Config {
         hosts: new.fallback.hosts,
         max_keys: current.fallback.max_keys,
     };
-    let envoy = if new.envoy.limits.is_some() {
+    let envoy = if new.envoy.listen.is_some() {
         EnvoyConfig {
             listen: current.envoy.listen.clone(),
             ..new.envoy

@@ -2,9 +2,9 @@
 //! listens, where envoyproxy/ratelimit's YAML files are, and which TOML rules decide
 //! which descriptors (`[[envoy.descriptor]]`).
 //!
-//! Only the TOML side is parsed here; the YAML files are read by
-//! [`crate::envoy::limits`] when the whole configuration is loaded ([`super::Config::load`]),
-//! so a reload applies TOML and YAML together or neither.
+//! Only the TOML side is parsed here; the YAML files are read by the Envoy module
+//! (`crate::envoy::load::limits_for`) right after the TOML, at start-up and on each
+//! reload, so a reload applies TOML and YAML together or neither.
 
 use super::{ConfigError, Locator, Rule};
 use serde::{Deserialize, Deserializer};
@@ -106,10 +106,6 @@ pub struct EnvoyConfig {
     pub ietf_headers: bool,
     /// Descriptors decided by TOML rules.
     pub descriptors: Vec<DescriptorRule>,
-    /// The limits of every domain, loaded from `config_dir` and `descriptors` by
-    /// [`super::Config::load`] (`None` from [`super::Config::parse`], which reads no
-    /// other file).
-    pub limits: Option<crate::envoy::limits::Shared>,
 }
 
 impl RawEnvoyConfig {
@@ -169,7 +165,6 @@ impl RawEnvoyConfig {
             config_dir: self.config_dir,
             ietf_headers: self.ietf_headers,
             descriptors,
-            limits: None,
         })
     }
 }

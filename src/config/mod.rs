@@ -120,26 +120,17 @@ pub struct Config {
 }
 
 impl Config {
-    /// Reads and validates the file at `path`, and the Envoy limits (`[envoy]
-    /// config_dir` and `[[envoy.descriptor]]`) when `[envoy] listen` is set.
+    /// Reads and validates the file at `path`. A relative `[envoy] config_dir` is made
+    /// relative to the file's directory; the Envoy module loads the limits it names
+    /// (`crate::envoy::load::limits_for`).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
         })?;
         let mut config = Config::parse(&text, &path.display().to_string())?;
-        if config.envoy.listen.is_some() {
-            // A relative config_dir is relative to this file's directory.
-            if let (Some(dir), Some(base)) = (&config.envoy.config_dir, path.parent()) {
-                config.envoy.config_dir = Some(base.join(dir));
-            }
-            let mut limits = crate::envoy::load::load(
-                config.envoy.config_dir.as_deref(),
-                &config.envoy.descriptors,
-                config.fallback.hosts,
-            )?;
-            limits.ietf_headers = config.envoy.ietf_headers;
-            config.envoy.limits = Some(Arc::new(limits));
+        if let (Some(dir), Some(base)) = (&config.envoy.config_dir, path.parent()) {
+            config.envoy.config_dir = Some(base.join(dir));
         }
         Ok(config)
     }
@@ -183,6 +174,29 @@ impl Config {
     /// The per-decision Redis timeout.
     pub fn redis_timeout(&self) -> Duration {
         self.redis.timeout()
+    }
+}
+
+/// A uid/gid allow-list (`server.allow_uids` / `allow_gids`, or a rule's): both empty
+/// lets every peer through; otherwise a peer needs its uid in `uids` or its (effective,
+/// primary) gid in `gids`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerAccess {
+    /// Allowed peer uids.
+    pub uids: Vec<u32>,
+    /// Allowed peer gids (primary gid only: `SO_PEERCRED` carries no supplementary groups).
+    pub gids: Vec<u32>,
+}
+
+impl PeerAccess {
+    /// True if a peer with `uid` and `gid` may be served.
+    pub fn allows(&self, uid: u32, gid: u32) -> bool {
+        self.is_open() || self.uids.contains(&uid) || self.gids.contains(&gid)
+    }
+
+    /// True if the lists restrict nothing (both empty).
+    pub fn is_open(&self) -> bool {
+        self.uids.is_empty() && self.gids.is_empty()
     }
 }
 

@@ -5,8 +5,7 @@
 //! (`crate::algorithm::Kind::spec`): a new algorithm needs nothing here.
 
 use super::settings::Hosts;
-use super::{ConfigError, Locator};
-use crate::admission::PeerAccess;
+use super::{ConfigError, Locator, PeerAccess};
 use crate::algorithm::{self, Algorithm, Family, Kind, Per, MAX_LIMIT, MAX_WINDOW_MS};
 use serde::Deserialize;
 use std::ops::Range;
@@ -180,7 +179,7 @@ impl RawRule {
                 ))
             }
         };
-        if on && crate::store::scripts::lease_lua(algorithm.kind).is_none() {
+        if on && algorithm.kind.spec().lease.is_none() {
             return Err(at.invalid(
                 lease.span(),
                 &field("lease"),

@@ -11,11 +11,29 @@
 //! keys are errors here, and every error has its line. One file's fields are read by
 //! `super::file`.
 
-use super::limits::{Decider, Limit, Limits, Unit};
+use super::limits::{Decider, Limit, Limits, Shared, Unit};
 use crate::config::envoy::DescriptorRule;
-use crate::config::{ConfigError, Hosts};
+use crate::config::{Config, ConfigError, Hosts};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// The Envoy limits `config` names (`[envoy] config_dir`'s YAML files and
+/// `[[envoy.descriptor]]`) when `[envoy] listen` is set; `None` without it.
+///
+/// # Errors
+/// A file that cannot be read, or a limit that is not valid (file, line and field).
+pub fn limits_for(config: &Config) -> Result<Option<Shared>, ConfigError> {
+    if config.envoy.listen.is_none() {
+        return Ok(None);
+    }
+    let mut limits = load(
+        config.envoy.config_dir.as_deref(),
+        &config.envoy.descriptors,
+        config.fallback.hosts,
+    )?;
+    limits.ietf_headers = config.envoy.ietf_headers;
+    Ok(Some(Arc::new(limits)))
+}
 
 /// The limits of the YAML files in `dir` (if any) and of `toml`; `hosts` is
 /// `[fallback] hosts` (the local share of the YAML limits while Redis is unreachable).

@@ -42,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 /// The address or socket cannot be bound.
 pub async fn start(
     config: &Config,
+    limits: Option<limits::Shared>,
     limiter: &Arc<Limiter>,
     shutdown: CancellationToken,
 ) -> Result<Option<(Arc<Rls>, JoinHandle<()>)>, BindError> {
@@ -51,7 +52,7 @@ pub async fn start(
     if config.metrics.listen.is_some() {
         metrics::describe();
     }
-    let limits = config.envoy.limits.clone().unwrap_or_default();
+    let limits = limits.unwrap_or_default();
     let bound = server::Bound::bind(listen, config.server.socket_mode).await?;
     let total = config.server.redis_max_in_flight;
     let peer = InFlight::new(InFlightLimits {

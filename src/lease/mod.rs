@@ -58,7 +58,7 @@ pub const FORGET_EVERY_US: u64 = 1_000_000;
 
 /// What one lease call asks of Redis (besides the request it decides).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ask {
+pub struct Request {
     /// This daemon's holder id (random per process).
     pub holder: Arc<str>,
     /// The grant given back (0: none).
@@ -214,11 +214,11 @@ impl<H> Slot<H> {
     /// [`Slot::call`]). Ends the lease held (it is given back in this call) and says
     /// what to ask: about [`TAKE_US`] of demand ([`PACE_US`] when saturated), at least
     /// `cost`, at most `limit`.
-    pub fn begin(&self, cost: u64, limit: u64, hot: bool, holder: &Arc<str>) -> Ask {
+    pub fn begin(&self, cost: u64, limit: u64, hot: bool, holder: &Arc<str>) -> Request {
         let mut s = self.state();
         s.in_flight += 1;
         if !hot {
-            return Ask {
+            return Request {
                 holder: Arc::clone(holder),
                 given_back: 0,
                 unspent: 0,
@@ -233,7 +233,7 @@ impl<H> Slot<H> {
         s.deadline_us = 0;
         let span = if s.saturated { PACE_US } else { TAKE_US };
         let want = (s.rate() * span as f64 / 1e6).ceil() as u64;
-        Ask {
+        Request {
             holder: Arc::clone(holder),
             given_back,
             unspent,
@@ -245,7 +245,7 @@ impl<H> Slot<H> {
 
     /// The call started at `sent_us` (our clock) with `ask` answered: keep its lease,
     /// with `remaining`/`reset_ms` as Redis reported them.
-    pub fn granted(&self, sent_us: u64, ask: &Ask, g: Granted, remaining: u64, reset_ms: u64) {
+    pub fn granted(&self, sent_us: u64, ask: &Request, g: Granted, remaining: u64, reset_ms: u64) {
         let mut s = self.state();
         s.in_flight = s.in_flight.saturating_sub(1);
         s.remaining = remaining;
@@ -275,7 +275,7 @@ impl<H> Slot<H> {
     /// holds a lease it should give back at `now`: idle for [`IDLE_RETURN_US`], or within
     /// [`RENEW_AHEAD_US`] of its deadline. The caller holds [`Slot::call`]. A lease
     /// already past its deadline is simply dropped (it lapses in Redis).
-    pub fn give_back(&self, now: u64, holder: &Arc<str>) -> Option<Ask> {
+    pub fn give_back(&self, now: u64, holder: &Arc<str>) -> Option<Request> {
         let mut s = self.state();
         if s.grant == 0 {
             return None;
@@ -289,7 +289,7 @@ impl<H> Slot<H> {
         if !idle && s.deadline_us - now > RENEW_AHEAD_US {
             return None;
         }
-        let ask = Ask {
+        let ask = Request {
             holder: Arc::clone(holder),
             given_back: s.grant,
             unspent: s.units,

@@ -16,33 +16,33 @@
 //!              └► failed: on_redis_failure
 //! ```
 
-use super::{Check, Decided, Entry, Limiter, SLOT_HELD_AT_MOST};
-use crate::admission::{Peer, UntilDone};
+use super::{Check, Decided, Entry, Limiter};
+use crate::admission::Peer;
 use crate::clock::local_clock_us;
 use crate::config::{OnRedisFailure, Rule};
 use crate::decision::{Decision, Source};
 use crate::fallback::decide_without_redis;
 use crate::lease::clock::boottime_us;
 use crate::lease::Local;
-use crate::store::{Store, StoreError, StoreKey};
+use crate::store::{Store, StoreError};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// What the book keeps per key to reach Redis for it.
-pub(super) struct Home {
-    key: StoreKey,
+pub(super) struct Home<S: Store> {
+    key: S::Key,
     rule: Arc<Rule>,
 }
 
 /// How often leases of idle keys are given back.
 const SWEEP_EVERY: Duration = Duration::from_millis(50);
 
-impl Limiter {
+impl<S: Store> Limiter<S> {
     /// Decides `cost` units of `key` (`tag` hashed) under `entry`'s leased rule.
     pub(super) fn check_leased(
         self: &Arc<Self>,
         entry: &Arc<Entry>,
-        redis: &Arc<Store>,
+        redis: &Arc<S>,
         tag: &str,
         key: u64,
         cost: u32,
@@ -58,12 +58,9 @@ impl Limiter {
             Local::Call { hot } => hot,
             local => return self.decided_locally(entry, local),
         };
-        let Some(primary) = redis.route(&slot.home.key) else {
+        let Some(route) = redis.route(&slot.home.key) else {
             return self.fallback(entry, key, cost);
         };
-        if self.circuit.is_open() && primary.health.is_open() {
-            return self.fallback(entry, key, cost);
-        }
         let Some(in_flight) = peer.redis_slot() else {
             return self.no_redis_slot(entry, key, cost, peer);
         };
@@ -84,35 +81,28 @@ impl Limiter {
             } else {
                 None
             };
-            let ask = slot.begin(u64::from(cost), rule.limit(), hot, &this.leases.holder);
+            let request = slot.begin(u64::from(cost), rule.limit(), hot, &this.leases.holder);
             let asked = Instant::now();
             let sent_us = boottime_us();
-            let mut call = UntilDone::new(
-                {
-                    let (redis, primary, slot) =
-                        (Arc::clone(&redis), Arc::clone(&primary), Arc::clone(&slot));
-                    let (params, ask) = (rule.params, ask.clone());
-                    async move {
-                        let outcome = redis
-                            .lease(&primary, &slot.home.key, &params, cost, &ask)
-                            .await;
-                        drop(in_flight);
-                        outcome
-                    }
-                },
-                SLOT_HELD_AT_MOST,
-            );
-            let answer = redis.bounded(&primary, &mut call).await;
-            drop(call);
+            let answer = redis
+                .lease(
+                    route,
+                    slot.home.key.clone(),
+                    rule.params,
+                    cost,
+                    request.clone(),
+                    in_flight,
+                )
+                .await;
             this.redis_calls.took(asked.elapsed());
             let decision = match answer {
                 Ok((o, granted)) => {
-                    slot.granted(sent_us, &ask, granted, o.remaining, o.reset_ms);
+                    slot.granted(sent_us, &request, granted, o.remaining, o.reset_ms);
                     this.leases.kept(key, &slot);
                     if rule.on_redis_failure == OnRedisFailure::Local {
                         this.local.observe(key, &rule, &o, local_clock_us());
                     }
-                    super::ask::redis_decision(&rule, &o)
+                    super::query::redis_decision(&rule, &o)
                 }
                 Err(e) => {
                     slot.failed();
@@ -120,7 +110,7 @@ impl Limiter {
                         StoreError::Unavailable { kind, .. } => this.redis_calls.failed(kind),
                         _ => {
                             this.redis_calls.failed("key");
-                            this.log_key_error(&rule.name, slot.home.key.as_str(), &e);
+                            this.log_key_error(&rule.name, S::key_text(&slot.home.key), &e);
                         }
                     }
                     decide_here(&this, &rule, key, cost)
@@ -180,19 +170,20 @@ impl Limiter {
             let Ok(_turn) = slot.call.try_lock() else {
                 continue;
             };
-            let Some(ask) = slot.give_back(now, &self.leases.holder) else {
+            let Some(request) = slot.give_back(now, &self.leases.holder) else {
                 continue;
             };
-            let primary = redis.route(&slot.home.key);
-            let Some(primary) = primary.filter(|p| !p.health.is_open()) else {
+            let Some(route) = redis.route(&slot.home.key) else {
                 // It lapses in Redis at its deadline.
                 slot.failed();
                 continue;
             };
-            let call = redis.lease(&primary, &slot.home.key, &slot.home.rule.params, 0, &ask);
-            let mut call = Box::pin(call);
-            match redis.bounded(&primary, &mut call).await {
-                Ok((o, g)) => slot.granted(now, &ask, g, o.remaining, o.reset_ms),
+            let (key, params) = (slot.home.key.clone(), slot.home.rule.params);
+            match redis
+                .lease(route, key, params, 0, request.clone(), ())
+                .await
+            {
+                Ok((o, g)) => slot.granted(now, &request, g, o.remaining, o.reset_ms),
                 Err(_) => slot.failed(),
             }
         }
@@ -232,6 +223,6 @@ fn unreachable_call(rule: &Rule) -> Decision {
 }
 
 /// A decision without Redis for a request whose call failed or waited too long.
-fn decide_here(this: &Limiter, rule: &Rule, key: u64, cost: u32) -> Decision {
+fn decide_here<S: Store>(this: &Limiter<S>, rule: &Rule, key: u64, cost: u32) -> Decision {
     decide_without_redis(&this.local, rule, key, cost, local_clock_us())
 }

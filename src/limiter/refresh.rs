@@ -12,9 +12,10 @@
 //! refresh that still comes back after the grace only lets its entry lapse: the next
 //! request asks Redis for real.
 
-use super::ask::Ask;
+use super::query::Query;
 use super::Limiter;
 use crate::admission::RedisSlot;
+use crate::store::Store;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,12 +30,12 @@ const SHORTEST_WAIT: Duration = Duration::from_millis(1);
 
 /// Refreshes claimed and not sent yet, with the slot each holds of the daemon's cap of
 /// calls in flight to Redis (so the cap counts them while they wait).
-pub(super) struct Refreshes {
-    waiting: Mutex<Vec<(Ask, RedisSlot)>>,
+pub(super) struct Refreshes<S: Store> {
+    waiting: Mutex<Vec<(Query<S>, RedisSlot)>>,
     gather: Duration,
 }
 
-impl Refreshes {
+impl<S: Store> Refreshes<S> {
     /// Gathering for [`GATHER`] or `grace / 4`, whichever is shorter.
     pub fn new(grace: Duration) -> Self {
         Refreshes {
@@ -43,22 +44,22 @@ impl Refreshes {
         }
     }
 
-    /// Queues the refresh `ask` (its `limiter` holds this queue). The first refresh of
+    /// Queues the refresh `query` (its `limiter` holds this queue). The first refresh of
     /// a gathering starts its timer; when it fires, every refresh waiting starts at once
-    /// ([`Ask::refresh`]). Outside a Tokio runtime nothing starts, as for
-    /// [`Ask::refresh`]: the entry lapses at the end of its grace.
-    pub fn push(&self, ask: Ask, slot: RedisSlot) {
+    /// ([`Query::refresh`]). Outside a Tokio runtime nothing starts, as for
+    /// [`Query::refresh`]: the entry lapses at the end of its grace.
+    pub fn push(&self, query: Query<S>, slot: RedisSlot) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         if self.gather < SHORTEST_WAIT {
-            ask.refresh(slot);
+            query.refresh(slot);
             return;
         }
         let first = {
             let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-            let first = waiting.is_empty().then(|| Arc::clone(&ask.limiter));
-            waiting.push((ask, slot));
+            let first = waiting.is_empty().then(|| Arc::clone(&query.limiter));
+            waiting.push((query, slot));
             first
         };
         if let Some(limiter) = first {
@@ -74,11 +75,11 @@ impl Refreshes {
     }
 }
 
-/// The end of a gathering: on drop, every refresh waiting starts ([`Ask::refresh`];
+/// The end of a gathering: on drop, every refresh waiting starts ([`Query::refresh`];
 /// nothing starts when the runtime is gone, and their slots are given back).
-struct Due(Arc<Limiter>);
+struct Due<S: Store>(Arc<Limiter<S>>);
 
-impl Drop for Due {
+impl<S: Store> Drop for Due<S> {
     fn drop(&mut self) {
         let due = std::mem::take(
             &mut *self
@@ -88,8 +89,8 @@ impl Drop for Due {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner()),
         );
-        for (ask, slot) in due {
-            ask.refresh(slot);
+        for (query, slot) in due {
+            query.refresh(slot);
         }
     }
 }
@@ -100,13 +101,22 @@ mod tests {
 
     #[test]
     fn the_wait_is_at_most_a_quarter_of_the_grace() {
-        assert_eq!(Refreshes::new(Duration::from_millis(200)).gather, GATHER);
         assert_eq!(
-            Refreshes::new(Duration::from_millis(8)).gather,
+            Refreshes::<crate::store::RedisStore>::new(Duration::from_millis(200)).gather,
+            GATHER
+        );
+        assert_eq!(
+            Refreshes::<crate::store::RedisStore>::new(Duration::from_millis(8)).gather,
             Duration::from_millis(2)
         );
-        assert_eq!(Refreshes::new(Duration::ZERO).gather, Duration::ZERO);
+        assert_eq!(
+            Refreshes::<crate::store::RedisStore>::new(Duration::ZERO).gather,
+            Duration::ZERO
+        );
         // redis.timeout_ms = 1: no wait at all (Tokio's timer would take 1 ms).
-        assert!(Refreshes::new(Duration::from_millis(2)).gather < SHORTEST_WAIT);
+        assert!(
+            Refreshes::<crate::store::RedisStore>::new(Duration::from_millis(2)).gather
+                < SHORTEST_WAIT
+        );
     }
 }

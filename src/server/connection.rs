@@ -255,7 +255,6 @@ pub async fn serve(
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::store::health::Circuit;
 
     fn limiter() -> Limiter {
         let config = Config::parse(
@@ -263,7 +262,7 @@ mod tests {
             "test",
         )
         .unwrap();
-        Limiter::new(&config, None, Arc::new(Circuit::new(true)))
+        Limiter::local(&config)
     }
 
     #[test]

@@ -10,7 +10,7 @@ pub mod dispatch;
 pub mod listener;
 pub mod socket;
 
-pub use crate::admission::PeerAccess;
+pub use crate::config::PeerAccess;
 pub use dispatch::Pending;
 pub use listener::serve;
 pub use socket::{bind, BindError};

@@ -61,7 +61,7 @@ impl RedisStore {
         ];
         let key = StoreKey(fred::types::Key::from(beat.key.as_str()));
         let primary = self
-            .route(&key)
+            .owner(&key)
             .ok_or_else(|| StoreError::timeout("no primary owns the heartbeat's slot".into()))?;
         let alive: i64 = beat
             .script

@@ -8,33 +8,28 @@ use super::scripts;
 use super::topology::Primary;
 use super::StoreKey;
 use crate::algorithm::{Outcome, Params};
-use crate::lease::{Ask, Granted};
+use crate::lease::{Granted, Request};
 use fred::prelude::*;
 
 impl RedisStore {
-    /// The per-decision bound, `redis.timeout_ms`.
-    pub fn timeout(&self) -> std::time::Duration {
-        self.timeout
-    }
-
     /// Decides `cost` units for `key` on `primary` with `params`' lease script and
-    /// settles `ask`; unbounded ([`RedisStore::bounded`] bounds it). Re-loads the
-    /// scripts on `NOSCRIPT` and retries, as [`RedisStore::decide`].
+    /// settles `request`; unbounded ([`RedisStore::bounded`] bounds it). Re-loads the
+    /// scripts on `NOSCRIPT` and retries, as [`RedisStore::decide_unbounded`].
     ///
     /// # Errors
     /// What Redis or the connection reports, or a malformed script reply.
-    pub async fn lease(
+    pub(super) async fn lease_unbounded(
         &self,
         primary: &Primary,
         key: &StoreKey,
         params: &Params,
         cost: u32,
-        ask: &Ask,
+        request: &Request,
     ) -> Result<(Outcome, Granted), Error> {
         let script = self.scripts.lease_of(params.kind());
         let reply = self
             .run_script(primary, script, key, || {
-                scripts::lease_args(params, cost, ask)
+                scripts::lease_args(params, cost, request)
             })
             .await?;
         scripts::lease_reply(&reply)

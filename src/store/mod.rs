@@ -1,5 +1,5 @@
-//! Where shared state lives: the handle the limiter decides through, and the one error
-//! type every store call returns.
+//! Where shared state lives: the one interface the limiter decides through ([`Store`]),
+//! and the one error type every store call returns.
 //!
 //! * [`redis`]: the Redis client (connection set-up, EVALSHA, probes);
 //! * `batch`: a standalone Redis's decisions sent several to an EVALSHA;
@@ -10,9 +10,13 @@
 //! * [`lease`]: the lease call (`lease = "auto"`);
 //! * [`hosts`]: the daemons alive, for `fallback.hosts = "auto"` (a heartbeat).
 //!
-//! The limiter sees [`Store`], [`StoreKey`] and [`StoreError`] only: it never names the
-//! client library. There is one store today (Redis); a second one would turn [`Store`]
-//! into a trait with the same three calls (`key`, `decide`, and the probe).
+//! The limiter sees [`Store`] and [`StoreError`] only: it never names the client
+//! library, a primary, a breaker or a slot. Routing a key to its primary, per-primary
+//! health, the time bound (with this process's own lateness excused), batching and
+//! `NOSCRIPT` all live behind [`Store::route`], [`Store::decide`] and [`Store::lease`].
+//! [`RedisStore`] is the production store; [`local::LocalStore`] answers the same
+//! interface from local buckets (the limiter's flow is unit-tested against it, and
+//! against a scripted store for the failures).
 
 mod batch;
 pub mod connect;
@@ -22,15 +26,90 @@ pub mod health;
 pub mod hosts;
 pub mod lateness;
 pub mod lease;
+pub mod local;
 pub mod redis;
 mod refresh;
 pub mod scripts;
 pub mod tls;
 pub mod topology;
+mod until_done;
 
-pub use self::redis::RedisStore as Store;
+pub use self::redis::RedisStore;
+pub use self::until_done::UntilDone;
 
+use crate::algorithm::{Outcome, Params};
+use crate::lease::{Granted, Request};
 use fred::error::{Error, ErrorKind};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A call whose caller stopped waiting (its `redis.timeout_ms` ran out, or its
+/// connection closed) keeps what it holds until the store answers it (the Redis client
+/// gives up on a command after `max(1 s, 2 × timeout)`); this is only a backstop in
+/// case it never does.
+pub const HELD_AT_MOST: Duration = Duration::from_secs(10);
+
+/// What the limiter asks of the shared state: one bounded question per decision or per
+/// lease call, answered or classified as unavailable.
+///
+/// A call takes `hold` (the caller's place in the cap of calls in flight) and drops it
+/// only when the store is done with the call, even if the caller stopped waiting: a
+/// decision that timed out still sits in Redis's queue, so it still counts.
+pub trait Store: Send + Sync + 'static {
+    /// A key's name in the store, built once per request from its tag
+    /// (`"<rule>:<key>"`) and algorithm.
+    type Key: Clone + Send + Sync + 'static;
+    /// Where a key's calls go while the store can be asked about it (Redis: the
+    /// primary owning its slot).
+    type Route: Clone + Send + Sync + 'static;
+
+    /// The name of `tag` under `params`' algorithm.
+    fn key(&self, tag: &str, params: &Params) -> Self::Key;
+
+    /// `key` as text, for logs (hashed before it reaches a log line: it holds client
+    /// data).
+    fn key_text(key: &Self::Key) -> &str;
+
+    /// Where to ask about `key` now; `None` when the store cannot be asked about it
+    /// (Redis: its slot's owner unknown, or that primary bypassed while its breaker is
+    /// open), and the caller decides without it.
+    fn route(&self, key: &Self::Key) -> Option<Self::Route>;
+
+    /// The bound of one call, `redis.timeout_ms`.
+    fn timeout(&self) -> Duration;
+
+    /// Decides `cost` units of `key` under `params` (with `peek`, a dry run: the same
+    /// answer, nothing taken), within [`Store::timeout`].
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store could not decide in time (the route's
+    /// health has heard it), [`StoreError::Key`] for an error of this key alone.
+    fn decide<H: Send + 'static>(
+        self: &Arc<Self>,
+        route: Self::Route,
+        key: Self::Key,
+        params: Params,
+        cost: u32,
+        peek: bool,
+        hold: H,
+    ) -> impl Future<Output = Result<Outcome, StoreError>> + Send;
+
+    /// Decides `cost` units of `key` with `params`' lease script and settles `request`
+    /// (a lease given back, another taken), within [`Store::timeout`].
+    ///
+    /// # Errors
+    /// As [`Store::decide`].
+    fn lease<H: Send + 'static>(
+        self: &Arc<Self>,
+        route: Self::Route,
+        key: Self::Key,
+        params: Params,
+        cost: u32,
+        request: Request,
+        hold: H,
+    ) -> impl Future<Output = Result<(Outcome, Granted), StoreError>> + Send;
+}
 
 /// A Redis key built once per request (`<prefix>:{<rule>:<key>}:<suffix>`), ready to be
 /// sent as is.

@@ -41,6 +41,7 @@ use tokio::sync::oneshot;
 use tokio::sync::Notify;
 
 mod ask;
+mod calls;
 mod probe;
 
 /// Delay between reconnection attempts, ms.
@@ -338,18 +339,12 @@ impl RedisStore {
         Ok(warnings)
     }
 
-    /// The Redis key of `tag` (`"<rule>:<key>"`) under `params`' algorithm
-    /// ([`scripts::key`]), built once per request.
-    pub fn key(&self, tag: &str, params: &Params) -> StoreKey {
-        StoreKey(Key::from(scripts::key(&self.prefix, tag, params)))
-    }
-
     /// The primary owning `key`'s slot, if known.
-    pub fn route(&self, key: &StoreKey) -> Option<Arc<Primary>> {
+    pub fn owner(&self, key: &StoreKey) -> Option<Arc<Primary>> {
         self.topology.load().owner(key.0.as_bytes()).cloned()
     }
 
-    /// Waits for `call` (a [`RedisStore::decide`] on `primary`) at most
+    /// Waits for `call` (a [`RedisStore::decide_unbounded`] on `primary`) at most
     /// `redis.timeout_ms`, and tells the primary's breaker how it went. A timeout caused
     /// by this process's own lateness waits once more (up to another `timeout_ms`) for
     /// Redis's answer and is not counted against the primary. On a timeout `call` is
@@ -358,7 +353,11 @@ impl RedisStore {
     /// # Errors
     /// What Redis or the connection reported, a timeout, a redirection (the slot moved:
     /// decided locally, the map is refreshed), or a malformed script reply.
-    pub async fn bounded<F, T>(&self, primary: &Primary, call: &mut F) -> Result<T, StoreError>
+    pub(super) async fn bounded<F, T>(
+        &self,
+        primary: &Primary,
+        call: &mut F,
+    ) -> Result<T, StoreError>
     where
         F: Future<Output = Result<T, Error>> + Unpin,
     {
@@ -406,7 +405,7 @@ impl RedisStore {
         }
     }
 
-    /// Decides `cost` units for `key` on `primary` (its owner, [`RedisStore::route`])
+    /// Decides `cost` units for `key` on `primary` (its owner, [`RedisStore::owner`])
     /// with EVALSHA of `params`' script, unbounded; [`RedisStore::bounded`] bounds it.
     /// Re-loads the scripts on `NOSCRIPT` (one caller for all) and retries. With `peek`,
     /// a dry run ([`scripts::peek_args`]): the same reply, nothing taken or written.
@@ -417,7 +416,7 @@ impl RedisStore {
     ///
     /// # Errors
     /// What Redis or the connection reports, or a malformed script reply.
-    pub async fn decide(
+    pub(super) async fn decide_unbounded(
         &self,
         primary: &Primary,
         key: &StoreKey,
@@ -447,7 +446,7 @@ impl RedisStore {
         self.decide_alone(primary, key, params, cost, peek).await
     }
 
-    /// [`RedisStore::decide`] with the decision's own script, in an EVALSHA of its own
+    /// [`RedisStore::decide_unbounded`] with the decision's own script, in an EVALSHA of its own
     /// (the probes use it: they measure Redis, not the batches queued before them).
     ///
     /// # Errors

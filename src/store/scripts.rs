@@ -6,7 +6,7 @@
 //! except the lease scripts (`lua/lease_*.lua`), listed in [`lease_lua`].
 
 use crate::algorithm::{Arg, Family, Kind, Outcome, Params, MICRO};
-use crate::lease::{Ask, Granted};
+use crate::lease::{Granted, Request};
 use fred::error::{Error, ErrorKind};
 use fred::types::scripts::Script;
 use fred::types::Value;
@@ -20,26 +20,7 @@ pub struct Scripts(Vec<Script>);
 /// steps, the sliding window counter's weighting), then the algorithm's own part. `None`
 /// for the others.
 pub fn lease_lua(kind: Kind) -> Option<&'static str> {
-    macro_rules! lease {
-        ($name:literal $(, $part:literal)*) => {
-            concat!(
-                include_str!("../../lua/prelude.lua"),
-                include_str!("../../lua/lease.lua"),
-                $(include_str!(concat!("../../lua/", $part, ".lua")),)*
-                include_str!(concat!("../../lua/lease_", $name, ".lua"))
-            )
-        };
-    }
-    match kind {
-        Kind::TokenBucket => Some(lease!("token_bucket")),
-        Kind::FixedWindow => Some(lease!("fixed_window", "lease_window")),
-        Kind::SlidingWindowCounter => Some(lease!(
-            "sliding_window_counter",
-            "lease_window",
-            "window_counter"
-        )),
-        Kind::LeakyBucket | Kind::SlidingWindowLog => None,
-    }
+    kind.spec().lease
 }
 
 impl Scripts {
@@ -191,7 +172,7 @@ pub fn outcome(reply: &[i64]) -> Result<Outcome, Error> {
 /// The lease script's arguments: the decision's three, `""` for "now" (Redis TIME), then
 /// the lease's (holder, grant given back, unspent, wanted, lifetime µs, pace µs),
 /// units scaled to µ-units for buckets as costs are.
-pub fn lease_args(params: &Params, cost: u32, ask: &Ask) -> Vec<Value> {
+pub fn lease_args(params: &Params, cost: u32, ask: &Request) -> Vec<Value> {
     let scale = unit_scale(params);
     let mut args = args(params, cost);
     args.push(Value::from(""));

@@ -7,6 +7,7 @@ use crate::algorithm::{token_bucket, Params};
 use crate::store::connection_errors::is_refusal;
 use crate::store::health::PROBE_INTERVAL;
 use crate::store::topology::Primary;
+use crate::store::Store;
 use crate::store::StoreError;
 use fred::error::{Error, ErrorKind};
 use fred::prelude::*;

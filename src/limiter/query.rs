@@ -1,36 +1,34 @@
-//! Asking Redis: the decision a client waits for, and the deny cache's refresh, which
-//! no client waits for.
+//! A query to the store: the decision a client waits for, and the deny cache's refresh,
+//! which no client waits for.
 //!
-//! Both run the key's script on the primary owning its slot, hold a Redis slot until
-//! Redis answers (the peer's for a decision, the daemon's cap only for a refresh), wait
-//! at most `redis.timeout_ms` (the primary's breaker hears how it went) and remember a
-//! DENY in the deny cache. The decision is then answered, or decided without Redis when
+//! Both ask the store about the key on its route, hold a place in the cap of calls in
+//! flight until the store is done (the peer's for a decision, the daemon's cap only for
+//! a refresh), wait at most `redis.timeout_ms` and remember a DENY in the deny cache. The decision is then answered, or decided without Redis when
 //! Redis failed. The refresh is a dry run: the script replies as it would to the request
 //! but takes nothing, since nobody is admitted by it; the request that claimed it was
 //! already answered from the cache.
 
-use super::{Decided, Entry, Limiter, SLOT_HELD_AT_MOST};
-use crate::admission::{RedisSlot, UntilDone};
+use super::{Decided, Entry, Limiter};
+use crate::admission::RedisSlot;
 use crate::algorithm::Outcome;
 use crate::clock::local_clock_us;
 use crate::config::{OnRedisFailure, Rule};
 use crate::decision::{Decision, Source};
 use crate::fallback::decide_without_redis;
 use crate::key::KeyHash;
-use crate::store::topology::Primary;
-use crate::store::{Store, StoreError, StoreKey};
+use crate::store::{Store, StoreError};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// One decision to ask Redis for: everything the call and the reading of its answer
+/// One decision to ask the store for: everything the call and the reading of its answer
 /// need, owned, so that it can run on a task of its own.
-pub(super) struct Ask {
-    pub(super) limiter: Arc<Limiter>,
-    pub(super) redis: Arc<Store>,
-    /// The owner of `redis_key`'s slot.
-    pub(super) primary: Arc<Primary>,
+pub(super) struct Query<S: Store> {
+    pub(super) limiter: Arc<Limiter<S>>,
+    pub(super) redis: Arc<S>,
+    /// Where `redis_key`'s calls go ([`Store::route`]).
+    pub(super) route: S::Route,
     pub(super) entry: Arc<Entry>,
-    pub(super) redis_key: StoreKey,
+    pub(super) redis_key: S::Key,
     /// The key of the deny cache and the local buckets.
     pub(super) key: KeyHash,
     pub(super) cost: u32,
@@ -39,7 +37,7 @@ pub(super) struct Ask {
     pub(super) generation: u64,
 }
 
-impl Ask {
+impl<S: Store> Query<S> {
     /// The decision a client waits for: Redis's, or on a Redis failure the rule's
     /// `on_redis_failure`, never an error.
     pub(super) async fn decide(self, slot: RedisSlot) -> Decided {
@@ -103,23 +101,18 @@ impl Ask {
         let asked_us = local_clock_us();
         // The call owns what it needs and the slot: if the reply goes out on the
         // timeout, or the client goes away, it finishes on its own and frees the slot
-        // only when Redis is done with it.
-        let mut call = UntilDone::new(
-            {
-                let (redis, primary) = (Arc::clone(&self.redis), Arc::clone(&self.primary));
-                let (key, params, cost) = (self.redis_key.clone(), rule.params, self.cost);
-                async move {
-                    let outcome = redis.decide(&primary, &key, &params, cost, peek).await;
-                    drop(slot);
-                    outcome
-                }
-            },
-            SLOT_HELD_AT_MOST,
-        );
-        // Bounded by redis.timeout_ms (plus one more when this process was late); the
-        // primary's breaker hears how it went.
-        let answer = self.redis.bounded(&self.primary, &mut call).await;
-        drop(call);
+        // only when Redis is done with it. Bounded by redis.timeout_ms.
+        let answer = self
+            .redis
+            .decide(
+                self.route.clone(),
+                self.redis_key.clone(),
+                rule.params,
+                self.cost,
+                peek,
+                slot,
+            )
+            .await;
         let limiter = &self.limiter;
         limiter.redis_calls.took(asked.elapsed());
         match answer {
@@ -139,7 +132,7 @@ impl Ask {
                     _ => {
                         limiter.redis_calls.failed("key");
                         if !peek {
-                            limiter.log_key_error(&rule.name, self.redis_key.as_str(), &e);
+                            limiter.log_key_error(&rule.name, S::key_text(&self.redis_key), &e);
                         }
                     }
                 }
