@@ -95,7 +95,7 @@ fn doc_sections() -> Vec<Section> {
                     });
                     row[i].to_owned()
                 };
-                let field = ticked(&row[0])
+                let field = ticked(row[0])
                     .unwrap_or_else(|| panic!("[{}]: no `field` in {line}", section.path));
                 let example = col("example");
                 section.rows.push(Row {
@@ -128,10 +128,16 @@ fn doc_algorithms() -> BTreeMap<String, Vec<String>> {
         let row = cells(line);
         if inside && !row[0].starts_with("---") {
             let params = all_ticked(row[1]).into_iter().map(String::from).collect();
-            out.insert(ticked(row[0]).expect("algorithm in backticks").to_owned(), params);
+            out.insert(
+                ticked(row[0]).expect("algorithm in backticks").to_owned(),
+                params,
+            );
         }
     }
-    assert!(!out.is_empty(), "CONFIGURATION.md has no '| algorithm | parameters |' table");
+    assert!(
+        !out.is_empty(),
+        "CONFIGURATION.md has no '| algorithm | parameters |' table"
+    );
     out
 }
 
@@ -189,16 +195,42 @@ fn every_field_is_documented_and_every_documented_field_exists() {
             .filter(|f| doc.iter().any(|s| s.path == format!("{path}.{f}")))
             .cloned()
             .collect();
-        let missing: Vec<_> = fields.difference(&documented).filter(|f| !tables.contains(*f)).collect();
+        let missing: Vec<_> = fields
+            .difference(&documented)
+            .filter(|f| !tables.contains(*f))
+            .collect();
         let unknown: Vec<_> = documented.difference(fields).collect();
-        assert!(missing.is_empty(), "[{path}]: fields not in docs/CONFIGURATION.md: {missing:?}");
-        assert!(unknown.is_empty(), "[{path}]: docs/CONFIGURATION.md names fields that do not exist: {unknown:?}");
+        assert!(
+            missing.is_empty(),
+            "[{path}]: fields not in docs/CONFIGURATION.md: {missing:?}"
+        );
+        assert!(
+            unknown.is_empty(),
+            "[{path}]: docs/CONFIGURATION.md names fields that do not exist: {unknown:?}"
+        );
     }
     for s in &doc {
-        assert!(real.contains_key(&s.path), "docs/CONFIGURATION.md documents [{}], which does not exist", s.path);
+        assert!(
+            real.contains_key(&s.path),
+            "docs/CONFIGURATION.md documents [{}], which does not exist",
+            s.path
+        );
     }
-    for top in ["server", "redis", "cache", "fallback", "metrics", "rule", "envoy", "envoy.descriptor"] {
-        assert!(real.contains_key(top), "[{top}] was not probed: {:?}", real.keys());
+    for top in [
+        "server",
+        "redis",
+        "cache",
+        "fallback",
+        "metrics",
+        "rule",
+        "envoy",
+        "envoy.descriptor",
+    ] {
+        assert!(
+            real.contains_key(top),
+            "[{top}] was not probed: {:?}",
+            real.keys()
+        );
     }
 }
 
@@ -217,7 +249,11 @@ fn table(section: &Section, extra: &[(&str, &str)]) -> String {
             None => fields.push((k.to_string(), v.to_string())),
         }
     }
-    let (open, close) = if section.array { ("[[", "]]") } else { ("[", "]") };
+    let (open, close) = if section.array {
+        ("[[", "]]")
+    } else {
+        ("[", "]")
+    };
     let mut out = format!("{open}{}{close}\n", section.path);
     for (k, v) in fields {
         out.push_str(&format!("{k} = {v}\n"));
@@ -228,7 +264,10 @@ fn table(section: &Section, extra: &[(&str, &str)]) -> String {
 /// The documented rule: the `[[rule]]` examples, with its algorithm's documented
 /// parameters at their examples, then `extra`.
 fn documented_rule(doc: &[Section], algorithm: Option<&str>, extra: &[(&str, &str)]) -> String {
-    let rule = doc.iter().find(|s| s.path == "rule").expect("[[rule]] section");
+    let rule = doc
+        .iter()
+        .find(|s| s.path == "rule")
+        .expect("[[rule]] section");
     let example = |f: &str| {
         rule.rows
             .iter()
@@ -241,7 +280,10 @@ fn documented_rule(doc: &[Section], algorithm: Option<&str>, extra: &[(&str, &st
     let params = &doc_algorithms()[algorithm.trim_matches('"')];
     let mut fields = vec![("algorithm".to_owned(), algorithm)];
     fields.extend(params.iter().map(|p| (p.clone(), example(p))));
-    let mut all: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut all: Vec<(&str, &str)> = fields
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
     all.extend_from_slice(extra);
     table(rule, &all)
 }
@@ -252,7 +294,11 @@ fn example_file(doc: &[Section], section: &Section, row: &Row) -> String {
     let field = [(row.field.as_str(), row.example.as_str())];
     match section.path.as_str() {
         "rule" => documented_rule(doc, None, &field),
-        "envoy.descriptor" => format!("{}\n{}", documented_rule(doc, None, &[]), table(section, &field)),
+        "envoy.descriptor" => format!(
+            "{}\n{}",
+            documented_rule(doc, None, &[]),
+            table(section, &field)
+        ),
         _ => table(section, &field),
     }
 }
@@ -298,22 +344,31 @@ fn each_example_loads_and_its_reload_column_matches_diff() {
     // Every field of [server], [cache], [fallback], [metrics] loads alone, so this
     // cannot quietly check nothing.
     assert!(rows >= 50, "only {rows} documented fields");
-    assert!(checked_reload >= 30, "only {checked_reload} reload columns checked");
+    assert!(
+        checked_reload >= 30,
+        "only {checked_reload} reload columns checked"
+    );
 }
 
 #[test]
 fn each_algorithm_loads_with_its_documented_parameters() {
     let doc = doc_sections();
     let algorithms = doc_algorithms();
-    let e = Config::parse("[[rule]]\nname = \"r\"\nalgorithm = \"zzz_probe\"\n", "probe.toml")
-        .unwrap_err()
-        .to_string();
+    let e = Config::parse(
+        "[[rule]]\nname = \"r\"\nalgorithm = \"zzz_probe\"\n",
+        "probe.toml",
+    )
+    .unwrap_err()
+    .to_string();
     let real: BTreeSet<String> = all_ticked(e.split_once("`zzz_probe`").unwrap().1)
         .into_iter()
         .map(String::from)
         .collect();
     let documented: BTreeSet<String> = algorithms.keys().cloned().collect();
-    assert_eq!(documented, real, "the algorithm table of docs/CONFIGURATION.md");
+    assert_eq!(
+        documented, real,
+        "the algorithm table of docs/CONFIGURATION.md"
+    );
     for algorithm in &real {
         let text = documented_rule(&doc, Some(algorithm), &[]);
         let config = Config::parse(&text, "doc.toml")
@@ -380,6 +435,9 @@ fn the_man_page_names_the_same_fields() {
     }
     let documented: BTreeSet<&String> = doc.iter().map(|s| &s.path).collect();
     for path in man.keys() {
-        assert!(documented.contains(path), "the man page has [{path}], the page does not");
+        assert!(
+            documented.contains(path),
+            "the man page has [{path}], the page does not"
+        );
     }
 }
