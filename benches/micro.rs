@@ -1,7 +1,7 @@
 //! Criterion micro-benchmarks of the hot path's pieces, without I/O: the line decoder
 //! and parser, reply encoding, each local algorithm twin, the deny cache and the local
 //! buckets (moka). `cargo bench --bench micro`; `cargo test --all-targets` runs each
-//! once as a smoke test. docs/PERFORMANCE.md quotes the figures.
+//! once as a smoke test. docs/perf-log.md quotes the figures.
 
 use bytes::BytesMut;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};

@@ -10,7 +10,7 @@
 //! * sources switch to `local` / `fail_open` / `fail_closed` as each rule says, and are
 //!   back to `redis` within 1 s of Redis answering again (as the test itself observes:
 //!   3 primaries, each with `cluster_state:ok`, each accepting a write);
-//! * admitted counts stay within the bounds of docs/PROTOCOL.md §4: per key, what Redis admitted
+//! * admitted counts stay within the bounds of docs/FAILURES.md: per key, what Redis admitted
 //!   ≤ capacity + refill × time (one more capacity per data loss), and per daemon what a
 //!   local bucket admitted ≤ (capacity + refill × time) ÷ hosts;
 //! * the daemon logs each transition (`circuit open`, `circuit closed`) once per fault.

@@ -1,4 +1,4 @@
--- Fixed window (docs/PROTOCOL.md §2), the twin of src/algorithm/fixed_window.rs.
+-- Fixed window (docs/ALGORITHMS.md), the twin of src/algorithm/fixed_window.rs.
 --
 -- KEYS[1]  a hash {w = start of the window, µs since the epoch, c = units admitted in
 --          it, x = the key's expiry, µs on the node's clock} named <prefix>:{<rule>:<key>}

@@ -1,4 +1,4 @@
--- Leaky bucket as a traffic-shaping meter (docs/PROTOCOL.md §2), the twin of
+-- Leaky bucket as a traffic-shaping meter (docs/ALGORITHMS.md), the twin of
 -- src/algorithm/leaky_bucket.rs: the same operations on IEEE doubles in the same order.
 --
 -- KEYS[1]  the queue: a hash {l = level in micro-units, ts = µs on the Redis clock,

@@ -1,4 +1,4 @@
--- Sliding window counter (docs/PROTOCOL.md §2; Cloudflare's weighted estimate), the twin of
+-- Sliding window counter (docs/ALGORITHMS.md; Cloudflare's weighted estimate), the twin of
 -- src/algorithm/sliding_window_counter.rs: the same operations in the same order.
 --
 -- KEYS[1]  a hash {w = start of the current window (µs since the epoch), c = units

@@ -1,4 +1,4 @@
--- Sliding window log (docs/PROTOCOL.md §2), the twin of src/algorithm/sliding_window_log.rs.
+-- Sliding window log (docs/ALGORITHMS.md), the twin of src/algorithm/sliding_window_log.rs.
 --
 -- KEYS[1]  a sorted set named <prefix>:{<rule>:<key>}: one member per admission
 --          instant, score = µs on the Redis clock, member =

@@ -1,4 +1,4 @@
--- Token bucket (docs/PROTOCOL.md §2), the twin of src/algorithm/token_bucket.rs: the same
+-- Token bucket (docs/ALGORITHMS.md), the twin of src/algorithm/token_bucket.rs: the same
 -- operations on IEEE doubles in the same order, so both give the same fields.
 --
 -- KEYS[1]  the bucket: a hash {t = tokens in micro-tokens, ts = µs on the Redis clock,

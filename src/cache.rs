@@ -59,7 +59,7 @@ pub enum Lookup {
 /// moka entry, weighed by their count), LRU eviction and no time-to-live of moka's own
 /// (each entry carries its own expiry, checked on the monotonic local clock): a new
 /// DENY, the sign of a hot key, is always admitted, and LRU without a time-to-live
-/// halves moka's own cost of an insert against TinyLFU with one (docs/PERFORMANCE.md).
+/// halves moka's own cost of an insert against TinyLFU with one (docs/perf-log.md).
 pub struct DenyCache {
     entries: Option<Cache<u64, page::Page, Prehashed>>,
     /// How many pages the key space is split into (≥ 1).

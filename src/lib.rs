@@ -4,7 +4,8 @@
 //! something now (`CHECK rides_request user:42` → `ALLOW 20 19 100 0 redis 2000`). The
 //! daemon decides atomically in Redis (Cluster) with Lua scripts run by EVALSHA,
 //! remembers recent denials in a deny cache, and falls back to conservative local
-//! buckets when Redis is unreachable. `docs/PROTOCOL.md` is the interface;
+//! buckets when Redis is unreachable. `docs/PROTOCOL.md` is the wire protocol,
+//! `docs/CONFIGURATION.md` the configuration, `docs/FAILURES.md` the failure behaviour;
 //! `docs/DESIGN.md` maps the modules and walks one request through them.
 //!
 //! Modules, one concern each (shared types first, then from the wire inwards):

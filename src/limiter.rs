@@ -1,5 +1,5 @@
 //! The decision flow of one `CHECK`: resolve the rule, then answer from the deny cache,
-//! Redis, or the fallback (docs/PROTOCOL.md, "Failure behaviour").
+//! Redis, or the fallback (docs/FAILURES.md).
 //!
 //! It knows neither the wire format (the server parses requests and encodes replies)
 //! nor the Redis client: it asks a [`Store`] one bounded question per decision and gets

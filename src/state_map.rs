@@ -6,7 +6,7 @@
 //! keys, the value lies next to it; RRIP eviction, a 2-bit CLOCK), each behind its own
 //! mutex. A general map (quick_cache, hashbrown) costs three dependent cache misses per
 //! lookup once it outgrows the CPU caches, half the daemon's time at 10⁶ keys
-//! (docs/PERFORMANCE.md, "Local buckets"). The capacity is split exactly across the
+//! (docs/perf-log.md, "Local buckets"). The capacity is split exactly across the
 //! shards, so the keys held never exceed it (a shard evicts once its own share is full,
 //! possibly a little before the whole map is); each shard starts small and grows with
 //! the keys it holds.

@@ -1,4 +1,4 @@
-//! The five algorithms of docs/PROTOCOL.md §2 over the socket, decided in `mode = "none"` (the
+//! The five algorithms of docs/ALGORITHMS.md over the socket, decided in `mode = "none"` (the
 //! Rust twins), in a real 6-node Redis Cluster and in a standalone Redis (the Lua
 //! twins): bursts admit exactly the limit, `remaining` counts down, the leaky bucket
 //! spaces its admissions at the leak rate, a DENY's `wait_ms` is enough and not far too

@@ -2,7 +2,7 @@
 //! `fallback.max_keys` keys at every moment, and the deny cache (`cache.max_entries`,
 //! moka, which counts lazily) at most about its configured number of DENYs, evicting
 //! the least recently used pages of them. (The 10-million-key RSS
-//! figure is a measurement, in docs/PERFORMANCE.md, not a test.)
+//! figure is a measurement, in docs/perf-log.md, not a test.)
 
 use ratelimitd::algorithm::{token_bucket, Params};
 use ratelimitd::cache::DenyCache;

@@ -514,7 +514,7 @@ fn a_frozen_new_owner_during_a_move_leaves_the_old_owner_healthy() {
 
     // The local decisions took nothing in Redis, but each follow-up had written its
     // ASKING and EVALSHA to the frozen node before giving up, and a frozen Redis that
-    // resumes still runs them ("Charged twice", docs/DESIGN.md; docs/PROTOCOL.md): one
+    // resumes still runs them ("Charged twice", docs/DESIGN.md; docs/FAILURES.md): one
     // token each, taken when it resumes, before anything sent after on that connection.
     // The ASK is followed again (cost 0) and sees it.
     let charged = u64::try_from(followups.len()).unwrap();

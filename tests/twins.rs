@@ -1,6 +1,6 @@
 //! The three implementations of each algorithm agree: random traces (arrival times,
 //! costs, parameters, host shares) go through
-//! * the reference model (`tests/reference`, written from docs/PROTOCOL.md §2, searching
+//! * the reference model (`tests/reference`, written from docs/ALGORITHMS.md "Definitions", searching
 //!   `wait_ms`/`reset_ms` instead of solving them),
 //! * the Rust twin (`ratelimitd::algorithm`, as `mode = "none"` and the fallback run it),
 //! * the Lua script (`lua/*.lua`) in a real Redis, with the test-only explicit timestamp,

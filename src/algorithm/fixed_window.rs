@@ -1,6 +1,6 @@
 //! Fixed window: units are counted per window of `window` µs aligned to the Unix epoch
 //! (a `1m` window starts on whole minutes); a request is allowed if the window's count
-//! plus its `cost` stays within `limit` (docs/PROTOCOL.md, "Algorithms"). Cheapest in memory (one count),
+//! plus its `cost` stays within `limit` (docs/ALGORITHMS.md). Cheapest in memory (one count),
 //! but up to 2 × `limit` can pass around a window boundary. The twin is
 //! `lua/fixed_window.lua`.
 

@@ -2,7 +2,7 @@
 //! units drains continuously at `leak_rate` units/s. A request is allowed if the queue
 //! level plus its `cost` fits in `capacity`; it then joins the queue, and its reply's
 //! `wait_ms` is the level before it ÷ `leak_rate`: a caller who waits that long before
-//! doing the work runs at the constant `leak_rate` (docs/PROTOCOL.md, "Algorithms"; the "leaky bucket as a
+//! doing the work runs at the constant `leak_rate` (docs/ALGORITHMS.md; the "leaky bucket as a
 //! queue" of Tanenbaum, *Computer Networks*, §5.4, driven like GCRA). A full queue is a
 //! DENY with `wait_ms` = the time until there is room for `cost`. A new key is empty.
 //!

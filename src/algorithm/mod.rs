@@ -1,4 +1,4 @@
-//! Rate-limit algorithms as pure functions of `(state, now, params, cost)` (docs/PROTOCOL.md, "Algorithms").
+//! Rate-limit algorithms as pure functions of `(state, now, params, cost)` (docs/ALGORITHMS.md).
 //!
 //! Each algorithm has a Lua twin in `lua/` that Redis runs with EVALSHA; the two are
 //! written operation for operation alike (IEEE doubles, the same order of operations),

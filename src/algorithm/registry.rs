@@ -14,7 +14,7 @@ use super::{
 
 macro_rules! algorithms {
     ($($variant:ident => $module:ident),+ $(,)?) => {
-        /// Which algorithm a rule runs (docs/PROTOCOL.md lists them).
+        /// Which algorithm a rule runs (docs/ALGORITHMS.md lists them).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum Kind {
             $(

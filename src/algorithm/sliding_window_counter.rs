@@ -3,7 +3,7 @@
 //! millions of domains", Cloudflare blog, 2017): with `p` units in the previous window,
 //! `c` in the current one and `e` µs elapsed in it,
 //! `estimate = p × ((window − e) ÷ window) + c`; a request is allowed if
-//! `estimate + cost ≤ limit` (docs/PROTOCOL.md, "Algorithms"). Two counts per key; `docs/ALGORITHMS.md`
+//! `estimate + cost ≤ limit` (docs/ALGORITHMS.md). Two counts per key; `docs/ALGORITHMS.md`
 //! measures its error against the exact log. The twin is `lua/sliding_window_counter.lua`.
 //!
 //! The weight is computed as `(window − e) ÷ window` first, so it is exactly 1 at a

@@ -1,5 +1,5 @@
 //! Sliding window log: exact. A request is allowed if the units admitted in the last
-//! `window` µs plus its `cost` stay within `limit` (docs/PROTOCOL.md, "Algorithms"). Only admitted units are
+//! `window` µs plus its `cost` stay within `limit` (docs/ALGORITHMS.md). Only admitted units are
 //! logged (a denied request costs no memory), one entry per admission instant holding
 //! its units, so a log never holds more than `limit` entries. The twin is
 //! `lua/sliding_window_log.lua` (a sorted set: score = µs, member = `"<µs>:<units>"`).

@@ -1,6 +1,6 @@
 //! Token bucket: a bucket of `capacity` tokens, refilled continuously at `refill_rate`
 //! tokens/s up to `capacity`; a request is allowed if the bucket holds at least `cost`
-//! tokens, which it then takes. A new key starts full (docs/PROTOCOL.md, "Algorithms").
+//! tokens, which it then takes. A new key starts full (docs/ALGORITHMS.md).
 //!
 //! Units: tokens are counted in **micro-tokens** (1 token = 1,000,000 µtok) and time in
 //! **µs**, so `refill_rate` tokens/s is exactly `refill_rate` µtok/µs. State values stay

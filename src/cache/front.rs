@@ -2,7 +2,7 @@
 //!
 //! A moka read is the deny cache's whole cost on a hit: the concurrent map's lookup, a
 //! clock read, and a read record for its LRU that its housekeeping then applies (about a
-//! fifth of the daemon's CPU on a pipelined flood of cached DENYs, docs/PERFORMANCE.md).
+//! fifth of the daemon's CPU on a pipelined flood of cached DENYs, docs/perf-log.md).
 //! Each runtime thread therefore keeps the last entry it read per slot of a small
 //! direct-mapped array, and answers from it while that entry is fresh; moka is read
 //! again once per entry per thread per `cache.ttl_ms`.

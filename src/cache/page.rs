@@ -2,7 +2,7 @@
 //!
 //! moka's own bookkeeping per entry (its hash-table slot, the entry's `Arc`, its node in
 //! the access-order deque and its counters) is about 300 bytes whatever the value
-//! (docs/PERFORMANCE.md, "Memory per tracked key"), four times the 80 bytes a DENY needs.
+//! (docs/perf-log.md, "Memory per tracked key"), four times the 80 bytes a DENY needs.
 //! So the deny cache keys moka by a *page*: a fixed share of the 64-bit key space, one
 //! page per [`KEYS_PER_PAGE`] entries of `cache.max_entries`, whose value is the
 //! immutable slice of the DENYs its keys hold. moka weighs each page by its slot count,

@@ -1,4 +1,4 @@
-//! The TOML configuration (docs/PROTOCOL.md, "Configuration"), parsed with serde and
+//! The TOML configuration (docs/CONFIGURATION.md), parsed with serde and
 //! validated in full before anything uses it.
 //!
 //! Unknown fields and bad values are errors that name the field and its line.

@@ -48,7 +48,7 @@ pub struct ServerConfig {
     /// Threads of the tokio runtime serving requests (0..=256); 0 (default) = half the
     /// CPUs the process may use, at least 1: a sidecar leaves CPU to the applications
     /// calling it, and on small hosts one thread beats two contending with the callers
-    /// (docs/PERFORMANCE.md measures it).
+    /// (docs/perf-log.md measures it).
     #[serde(deserialize_with = "de_worker_threads")]
     pub worker_threads: usize,
     /// Requests in flight to Redis for the whole daemon at most (1..=1000000); one more

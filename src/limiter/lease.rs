@@ -4,7 +4,7 @@
 //! lease in the same call. Requests arriving while that call is in flight wait for it
 //! (at most `redis.timeout_ms`) and are paid from its lease.
 //!
-//! Everything of §4 holds: a key's primary open or Redis failing, a held lease is still
+//! Everything of docs/FAILURES.md holds: a key's primary open or Redis failing, a held lease is still
 //! spent until its deadline, then the rule's `on_redis_failure` decides.
 //!
 //! ```text

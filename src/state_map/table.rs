@@ -5,7 +5,7 @@
 //! (hashbrown's control group, then quick_cache's slab index, then the slab entry for
 //! the key compare): three dependent cache misses per lookup once the map outgrows the
 //! CPU caches, which was half the daemon's time with 10⁶ keys held
-//! (docs/PERFORMANCE.md, "Local buckets"). Here a key's home bucket is one aligned block:
+//! (docs/perf-log.md, "Local buckets"). Here a key's home bucket is one aligned block:
 //! the keys and their metadata in its first 64-byte line, the values in the lines right
 //! after it, so the key compare reads one line and the value is next to it.
 //!
@@ -340,7 +340,7 @@ impl<V: Default> Table<V> {
 /// bucket in a table whose buckets lie at `base`, `n` of them, as
 /// [`Table::place_of_buckets`] reported; a no-op but on x86-64. All of them: the value
 /// found after the key compare was otherwise a second, dependent miss (two thirds of the
-/// algorithm's time at 10⁵ keys, docs/PERFORMANCE.md). The address is never
+/// algorithm's time at 10⁵ keys, docs/perf-log.md). The address is never
 /// dereferenced: a stale `base` (the table grew since) only prefetches a useless line.
 pub fn prefetch<V>(base: *const u8, n: usize, key: u64) {
     if n == 0 {

@@ -131,7 +131,7 @@ impl Reply {
     }
 }
 
-/// The sources a CHECK reply may name (docs/PROTOCOL.md §1).
+/// The sources a CHECK reply may name (docs/PROTOCOL.md).
 pub const SOURCES: [&str; 6] = [
     "redis",
     "cache",

@@ -226,7 +226,7 @@ fn stopped_holder_spends_nothing_after_its_deadline() {
 }
 
 /// Promise 5: every primary frozen (SIGSTOP) with leases out: answers continue, from the
-/// leases and then from local rules; the combined bound of §4 holds (the rule's, plus
+/// leases and then from local rules; the combined bound of docs/FAILURES.md holds (the rule's, plus
 /// one local share per host that decided locally).
 #[test]
 fn frozen_primaries_leave_leases_then_local_rules() {

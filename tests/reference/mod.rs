@@ -1,5 +1,5 @@
 #![allow(dead_code)]
-//! The reference model of docs/PROTOCOL.md §2's five algorithms, written from the protocol document's
+//! The reference model of the five algorithms, written from the sentences of docs/ALGORITHMS.md's
 //! definitions and independent of `src/algorithm` and `lua/`:
 //!
 //! * window algorithms keep the plain list of admitted `(µs, units)` and count what
@@ -175,7 +175,7 @@ impl Model {
         let mut wait_allowed = 0;
         if allowed {
             if let Algo::LeakyBucket { rate, .. } = self.algo {
-                // docs/PROTOCOL.md §2: wait_ms = level before this request ÷ leak_rate.
+                // docs/ALGORITHMS.md "Definitions": wait_ms = level before this request ÷ leak_rate.
                 wait_allowed = (self.bucket_at(now) / rate / 1000.0).ceil() as i64;
             }
             if cost > 0 {
