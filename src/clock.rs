@@ -1,4 +1,11 @@
-//! The clocks a decision reads, and their units.
+//! Every clock the daemon reads, and its unit: the one place that names them.
+//!
+//! * [`local_clock_us`] (f64 µs since the epoch, monotonic): local decisions;
+//! * [`wall_clock_us`] (f64 µs since the epoch): the wall clock, read once by the above;
+//! * [`boottime_us`] (u64 µs since boot, counting through a suspend or a stopped
+//!   process): lease deadlines;
+//! * [`mono_us`] (u64 µs since this process's first call): time stamps that fit an
+//!   atomic, for this process's own lateness and breakers.
 //!
 //! Local decisions (`redis.mode = "none"`, the fallback, the deny cache's ageing) use
 //! [`local_clock_us`]: µs since the Unix epoch as the wall clock read it once, at the
@@ -10,6 +17,13 @@
 
 use std::sync::OnceLock;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// µs since the process's first call: a monotonic time stamp that fits an atomic.
+pub fn mono_us() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    u64::try_from(epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
 
 /// Now on the host's wall clock, µs since the Unix epoch (as Redis `TIME` counts).
 pub fn wall_clock_us() -> f64 {
@@ -44,9 +58,39 @@ impl BatchClock {
     }
 }
 
+/// Lease deadlines are measured on `CLOCK_BOOTTIME`, monotonic and still counting while
+/// the process is stopped (SIGSTOP, a suspended VM): a lease's deadline is this clock
+/// when the lease was *asked for* plus its lifetime, so a holder that was frozen past
+/// its deadline sees it passed on waking and spends nothing from it (`CLOCK_MONOTONIC`,
+/// and so `std::time::Instant`, stops during a suspend on Linux).
+///
+/// Now on `CLOCK_BOOTTIME`, µs since boot. Falls back to `CLOCK_MONOTONIC` on a system
+/// without it (never on Linux ≥ 2.6.39).
+pub fn boottime_us() -> u64 {
+    read(libc::CLOCK_BOOTTIME).unwrap_or_else(|| read(libc::CLOCK_MONOTONIC).unwrap_or(0))
+}
+
+fn read(clock: libc::clockid_t) -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; clock_gettime writes only into it.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn boottime_moves_forward() {
+        let a = boottime_us();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = boottime_us();
+        assert!(a > 0 && b >= a + 2000, "{a} {b}");
+    }
 
     #[test]
     fn the_local_clock_is_near_the_wall_clock_and_never_goes_back() {

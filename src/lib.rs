@@ -9,7 +9,7 @@
 //! `docs/DESIGN.md` maps the modules and walks one request through them.
 //!
 //! Modules, one concern each (shared types first, then from the wire inwards):
-//! * [`decision`], [`key`], [`clock`], [`throttle`]: what every layer shares;
+//! * [`decision`], [`key`], [`clock`], [`log_every`]: what every layer shares;
 //! * [`admission`]: peers, uid/gid lists, the cap on requests in flight to Redis;
 //! * [`protocol`]: line framing, request parsing, reply encoding (pure);
 //! * [`config`]: the TOML configuration, its validation, what a reload changes;
@@ -40,6 +40,7 @@ pub mod fallback;
 pub mod key;
 pub mod lease;
 pub mod limiter;
+pub mod log_every;
 pub mod metrics;
 pub mod metrics_http;
 pub mod protocol;
@@ -49,4 +50,3 @@ pub mod signals;
 pub mod state_map;
 pub mod store;
 pub mod systemd;
-pub mod throttle;

@@ -41,7 +41,7 @@ pub fn bind(listen: SocketAddr) -> io::Result<TcpListener> {
 pub async fn serve(listener: TcpListener, handle: PrometheusHandle, max_connections: usize) {
     let slots = Arc::new(Semaphore::new(max_connections));
     let handle = Arc::new(handle);
-    let errors = crate::throttle::Throttle::new(Duration::from_secs(10));
+    let errors = crate::log_every::LogEvery::new(Duration::from_secs(10));
     loop {
         // A slot first, then accept: beyond the cap nothing is accepted.
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {

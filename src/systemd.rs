@@ -20,8 +20,8 @@
 //!   pinging and systemd restarts it.
 
 use crate::config::RedisMode;
+use crate::log_every::LogEvery;
 use crate::store::health::Circuit;
-use crate::throttle::Throttle;
 use sd_notify::NotifyState;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
@@ -136,9 +136,9 @@ fn check_listening_stream(fd: RawFd) -> Result<(), ActivationError> {
 /// Sends `states` to the service manager if `NOTIFY_SOCKET` is set. A failure is logged
 /// (once as a warning, then at debug level): notifications never stop the daemon.
 fn send(states: &[NotifyState]) {
-    static WARNED: OnceLock<Throttle> = OnceLock::new();
+    static WARNED: OnceLock<LogEvery> = OnceLock::new();
     if let Err(e) = sd_notify::notify(states) {
-        let once = WARNED.get_or_init(|| Throttle::new(Duration::MAX));
+        let once = WARNED.get_or_init(|| LogEvery::new(Duration::MAX));
         if once.admit().is_some() {
             tracing::warn!(error = %e, "cannot notify systemd (NOTIFY_SOCKET)");
         } else {

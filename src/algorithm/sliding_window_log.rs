@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 /// total of units admitted up to and including it (the Lua twin's member
 /// `"<µs>:<cum>:<x>:<units>"`).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Entry {
+pub struct LogEntry {
     /// When, µs.
     pub ts: f64,
     /// Units admitted at `ts`.
@@ -40,7 +40,7 @@ pub struct Entry {
 /// entry, so a decision costs O(log n) (binary searches), not O(n).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Log {
-    entries: VecDeque<Entry>,
+    entries: VecDeque<LogEntry>,
 }
 
 impl Log {
@@ -60,7 +60,7 @@ impl Log {
     }
 
     /// The entries, oldest first.
-    pub fn entries(&self) -> impl Iterator<Item = &Entry> {
+    pub fn entries(&self) -> impl Iterator<Item = &LogEntry> {
         self.entries.iter()
     }
 }
@@ -88,9 +88,9 @@ impl Change {
                 }
                 Some(last) => {
                     let cum = last.cum + units;
-                    entries.push_back(Entry { ts, units, cum });
+                    entries.push_back(LogEntry { ts, units, cum });
                 }
-                None => entries.push_back(Entry {
+                None => entries.push_back(LogEntry {
                     ts,
                     units,
                     cum: units,
@@ -147,7 +147,7 @@ pub fn seed(p: &WindowParams, unused: f64, reset_us: f64, now: f64) -> State {
     let mut log = Log::new();
     if units > 0.0 {
         let ts = (now + reset_us - p.window).min(now);
-        log.entries.push_back(Entry {
+        log.entries.push_back(LogEntry {
             ts,
             units,
             cum: units,
@@ -207,10 +207,10 @@ mod tests {
         for _ in 0..4 {
             assert!(run(&mut log, 7.0, &p, 2).allowed);
         }
-        let entries: Vec<Entry> = log.entries().copied().collect();
+        let entries: Vec<LogEntry> = log.entries().copied().collect();
         assert_eq!(
             entries,
-            [Entry {
+            [LogEntry {
                 ts: 7.0,
                 units: 8.0,
                 cum: 8.0

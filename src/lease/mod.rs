@@ -19,14 +19,12 @@
 //!   `PACE_US × refill rate ÷ holders`: hosts asking equally get equal shares, and one
 //!   that stops asking stops counting when its lease ends.
 //!
-//! A lease is spent only before its deadline: this host's [`clock::boottime_us`] when it
+//! A lease is spent only before its deadline: this host's [`crate::clock::boottime_us`] when it
 //! *sent* the call, plus the lifetime Redis granted, minus [`DRIFT_MARGIN_US`]. Redis's
 //! own deadline started later (when the call arrived), so it always ends after ours. A
 //! call that gives a lease back ends it at once, before it is sent. A key idle for
 //! [`IDLE_RETURN_US`], or whose lease ends within [`RENEW_AHEAD_US`], gives back what it
 //! holds ([`Book::sweep`]).
-
-pub mod clock;
 
 use crate::key::{KeyHash, Prehashed};
 use std::collections::HashMap;
@@ -170,7 +168,7 @@ impl State {
 /// A key's entry in the book: its lease state, the lock its lease calls take (one at a
 /// time: requests behind it wait and are paid from its lease), and `H`, what the caller
 /// needs to reach Redis for it (the sweep gives leases back with it).
-pub struct Slot<H> {
+pub struct LeasedKey<H> {
     state: Mutex<State>,
     /// Held for the whole of a lease call; waited on by the requests behind it.
     pub call: tokio::sync::Mutex<()>,
@@ -178,7 +176,7 @@ pub struct Slot<H> {
     pub home: H,
 }
 
-impl<H> Slot<H> {
+impl<H> LeasedKey<H> {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -211,7 +209,7 @@ impl<H> Slot<H> {
     }
 
     /// Starts a call for a request of `cost` units (`hot`: with a lease; the caller holds
-    /// [`Slot::call`]). Ends the lease held (it is given back in this call) and says
+    /// [`LeasedKey::call`]). Ends the lease held (it is given back in this call) and says
     /// what to ask: about [`TAKE_US`] of demand ([`PACE_US`] when saturated), at least
     /// `cost`, at most `limit`.
     pub fn begin(&self, cost: u64, limit: u64, hot: bool, holder: &Arc<str>) -> Request {
@@ -264,7 +262,7 @@ impl<H> Slot<H> {
         s.paced_until = if s.saturated { sent_us + PACE_US } else { 0 };
     }
 
-    /// The call started by [`Slot::begin`] got no answer: whatever it asked is lost to us
+    /// The call started by [`LeasedKey::begin`] got no answer: whatever it asked is lost to us
     /// (a lease granted meanwhile lapses in Redis at its deadline).
     pub fn failed(&self) {
         let mut s = self.state();
@@ -273,7 +271,7 @@ impl<H> Slot<H> {
 
     /// For the sweep: `Some(ask)` (the lease given back, nothing wanted) when the key
     /// holds a lease it should give back at `now`: idle for [`IDLE_RETURN_US`], or within
-    /// [`RENEW_AHEAD_US`] of its deadline. The caller holds [`Slot::call`]. A lease
+    /// [`RENEW_AHEAD_US`] of its deadline. The caller holds [`LeasedKey::call`]. A lease
     /// already past its deadline is simply dropped (it lapses in Redis).
     pub fn give_back(&self, now: u64, holder: &Arc<str>) -> Option<Request> {
         let mut s = self.state();
@@ -315,9 +313,9 @@ impl<H> Slot<H> {
 pub struct Book<H> {
     /// This daemon's holder id in Redis.
     pub holder: Arc<str>,
-    keys: Mutex<HashMap<KeyHash, Arc<Slot<H>>, Prehashed>>,
+    keys: Mutex<HashMap<KeyHash, Arc<LeasedKey<H>>, Prehashed>>,
     /// The entries that kept a lease lately (what the sweep looks at).
-    holding: Mutex<HashMap<KeyHash, Arc<Slot<H>>, Prehashed>>,
+    holding: Mutex<HashMap<KeyHash, Arc<LeasedKey<H>>, Prehashed>>,
     /// When idle keys were last forgotten (our clock, µs).
     forgotten_at: AtomicU64,
 }
@@ -334,10 +332,10 @@ impl<H> Book<H> {
     }
 
     /// The entry of `key`, made with `home()` if new.
-    pub fn slot(&self, key: KeyHash, home: impl FnOnce() -> H) -> Arc<Slot<H>> {
+    pub fn slot(&self, key: KeyHash, home: impl FnOnce() -> H) -> Arc<LeasedKey<H>> {
         let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
         Arc::clone(keys.entry(key).or_insert_with(|| {
-            Arc::new(Slot {
+            Arc::new(LeasedKey {
                 state: Mutex::new(State::default()),
                 call: tokio::sync::Mutex::new(()),
                 home: home(),
@@ -346,10 +344,10 @@ impl<H> Book<H> {
     }
 
     /// Forgets idle keys holding nothing; returns the entries holding a lease (the
-    /// caller gives back those [`Slot::give_back`] names).
+    /// caller gives back those [`LeasedKey::give_back`] names).
     /// Only the keys [`Book::kept`] named are looked at; the whole book is walked for
     /// idle keys at most every [`FORGET_EVERY_US`].
-    pub fn sweep(&self, now: u64) -> Vec<Arc<Slot<H>>> {
+    pub fn sweep(&self, now: u64) -> Vec<Arc<LeasedKey<H>>> {
         let last = self.forgotten_at.load(Ordering::Relaxed);
         if now.saturating_sub(last) >= FORGET_EVERY_US {
             self.forgotten_at.store(now, Ordering::Relaxed);
@@ -363,7 +361,7 @@ impl<H> Book<H> {
 
     /// Notes that `key`'s entry may hold a lease now (after a call kept one), for the
     /// sweep.
-    pub fn kept(&self, key: KeyHash, slot: &Arc<Slot<H>>) {
+    pub fn kept(&self, key: KeyHash, slot: &Arc<LeasedKey<H>>) {
         if slot.state().grant != 0 {
             let mut holding = self.holding.lock().unwrap_or_else(|p| p.into_inner());
             holding.entry(key).or_insert_with(|| Arc::clone(slot));
@@ -397,7 +395,7 @@ pub fn new_holder_id() -> Arc<str> {
     use std::hash::{BuildHasher, Hasher as _};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
-    h.write_u64(clock::boottime_us());
+    h.write_u64(crate::clock::boottime_us());
     format!("{:016x}", h.finish()).into()
 }
 

@@ -6,7 +6,7 @@ fn holder() -> Arc<str> {
     "h".into()
 }
 
-fn slot() -> Arc<Slot<()>> {
+fn slot() -> Arc<LeasedKey<()>> {
     Book::new(holder()).slot(1, || ())
 }
 

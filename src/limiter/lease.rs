@@ -16,13 +16,13 @@
 //!              └► failed: on_redis_failure
 //! ```
 
-use super::{Check, Decided, Entry, Limiter};
+use super::{ActiveRule, Check, Decided, Limiter};
 use crate::admission::Peer;
+use crate::clock::boottime_us;
 use crate::clock::local_clock_us;
 use crate::config::{OnRedisFailure, Rule};
 use crate::decision::{Decision, Source};
 use crate::fallback::decide_without_redis;
-use crate::lease::clock::boottime_us;
 use crate::lease::Local;
 use crate::store::{Store, StoreError};
 use std::sync::{Arc, Weak};
@@ -41,7 +41,7 @@ impl<S: Store> Limiter<S> {
     /// Decides `cost` units of `key` (`tag` hashed) under `entry`'s leased rule.
     pub(super) fn check_leased(
         self: &Arc<Self>,
-        entry: &Arc<Entry>,
+        entry: &Arc<ActiveRule>,
         redis: &Arc<S>,
         tag: &str,
         key: u64,
@@ -121,18 +121,18 @@ impl<S: Store> Limiter<S> {
     }
 
     /// A decision from the lease state (never a [`Local::Call`]).
-    fn decided_locally(&self, entry: &Entry, local: Local) -> Check {
+    fn decided_locally(&self, entry: &ActiveRule, local: Local) -> Check {
         let d = lease_decision(&entry.rule, local).unwrap_or_else(|| unreachable_call(&entry.rule));
         Check::Ready(Ok(self.record(entry, d)))
     }
 
     /// Decided without Redis, per the rule's `on_redis_failure`.
-    fn fallback(&self, entry: &Entry, key: u64, cost: u32) -> Check {
+    fn fallback(&self, entry: &ActiveRule, key: u64, cost: u32) -> Check {
         let d = decide_without_redis(&self.local, &entry.rule, key, cost, local_clock_us());
         Check::Ready(Ok(self.record(entry, d)))
     }
 
-    fn record(&self, entry: &Entry, decision: Decision) -> Decided {
+    fn record(&self, entry: &ActiveRule, decision: Decision) -> Decided {
         entry.counters.record(&decision);
         Decided {
             decision,
@@ -160,7 +160,7 @@ impl<S: Store> Limiter<S> {
         });
     }
 
-    /// Gives back, one call each, the leases [`crate::lease::Slot::give_back`] names.
+    /// Gives back, one call each, the leases [`crate::lease::LeasedKey::give_back`] names.
     async fn sweep(self: &Arc<Self>) {
         let Some(redis) = &self.redis else {
             return;

@@ -30,9 +30,9 @@ use crate::config::{Config, Rule};
 use crate::decision::Decision;
 use crate::fallback::{decide_without_redis, LocalBuckets};
 use crate::key::{fits, tag_in, TagKey, TAG_MAX};
+use crate::log_every::LogEvery;
 use crate::metrics::{DecisionCounters, RedisCalls};
 use crate::store::{RedisStore, Store};
-use crate::throttle::Throttle;
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
 use std::future::Future;
@@ -44,7 +44,7 @@ use std::time::Duration;
 pub type Rules = HashMap<String, Arc<Rule>>;
 
 /// A rule in force with its metrics.
-struct Entry {
+struct ActiveRule {
     rule: Arc<Rule>,
     counters: DecisionCounters,
     /// Not in the table of named rules ([`Detached`]).
@@ -54,13 +54,13 @@ struct Entry {
 /// A rule decided outside the table of named rules, by [`Limiter::check_detached`]:
 /// the Envoy front end's limits. Same flow, same guarantees; its decisions are counted
 /// under its rule's name. Its access lists are not checked (the front end has its own).
-pub struct Detached(Arc<Entry>);
+pub struct Detached(Arc<ActiveRule>);
 
 impl Detached {
     /// `rule` with its counters (register after the metrics recorder is installed).
     pub fn new(rule: Arc<Rule>) -> Self {
         let counters = DecisionCounters::new(&rule.name);
-        Detached(Arc::new(Entry {
+        Detached(Arc::new(ActiveRule {
             rule,
             counters,
             detached: true,
@@ -75,7 +75,7 @@ impl Detached {
 
 /// The rules in force as the limiter holds them (looked up once per request: foldhash,
 /// not SipHash).
-type Active = HashMap<String, Arc<Entry>, crate::key::Hasher>;
+type Active = HashMap<String, Arc<ActiveRule>, crate::key::Hasher>;
 
 fn activate(rules: Rules) -> Active {
     rules
@@ -85,7 +85,7 @@ fn activate(rules: Rules) -> Active {
             let detached = false;
             (
                 name,
-                Arc::new(Entry {
+                Arc::new(ActiveRule {
                     rule,
                     counters,
                     detached,
@@ -103,7 +103,7 @@ pub struct Limiter<S: Store = RedisStore> {
     local: LocalBuckets,
     redis: Option<Arc<S>>,
     /// Per-key Redis errors are logged through this.
-    key_errors: Throttle,
+    key_errors: LogEvery,
     redis_calls: RedisCalls,
     /// Turns a tag into the key of the deny cache and the local buckets, once a request.
     keys: TagKey,
@@ -199,7 +199,7 @@ impl<S: Store> Limiter<S> {
             cache: DenyCache::new(config.cache.ttl_ms, config.cache.max_entries, grace_ms),
             local: LocalBuckets::new(config.fallback.max_keys),
             redis,
-            key_errors: Throttle::new(KEY_ERROR_LOG_INTERVAL),
+            key_errors: LogEvery::new(KEY_ERROR_LOG_INTERVAL),
             redis_calls: RedisCalls::default(),
             keys: TagKey::default(),
             leases: crate::lease::Book::new(crate::lease::new_holder_id()),
@@ -290,7 +290,7 @@ impl<S: Store> Limiter<S> {
     /// cache's, read before the rule was looked up.
     fn check_entry(
         self: &Arc<Self>,
-        entry: &Arc<Entry>,
+        entry: &Arc<ActiveRule>,
         key: &[u8],
         cost: u32,
         clock: &mut BatchClock,
@@ -397,7 +397,7 @@ impl<S: Store> Limiter<S> {
     /// every application behind Envoy) a decision without Redis, per the rule's
     /// `on_redis_failure`, as when Redis is slow: an error would hand the decision to
     /// Envoy's `failure_mode_deny`.
-    fn no_redis_slot(&self, entry: &Entry, key: u64, cost: u32, peer: &Peer) -> Check {
+    fn no_redis_slot(&self, entry: &ActiveRule, key: u64, cost: u32, peer: &Peer) -> Check {
         if entry.detached {
             let decision =
                 decide_without_redis(&self.local, &entry.rule, key, cost, local_clock_us());

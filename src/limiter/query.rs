@@ -8,7 +8,7 @@
 //! but takes nothing, since nobody is admitted by it; the request that claimed it was
 //! already answered from the cache.
 
-use super::{Decided, Entry, Limiter};
+use super::{ActiveRule, Decided, Limiter};
 use crate::admission::RedisSlot;
 use crate::algorithm::Outcome;
 use crate::clock::local_clock_us;
@@ -27,7 +27,7 @@ pub(super) struct Query<S: Store> {
     pub(super) redis: Arc<S>,
     /// Where `redis_key`'s calls go ([`Store::route`]).
     pub(super) route: S::Route,
-    pub(super) entry: Arc<Entry>,
+    pub(super) entry: Arc<ActiveRule>,
     pub(super) redis_key: S::Key,
     /// The key of the deny cache and the local buckets.
     pub(super) key: KeyHash,

@@ -5,8 +5,8 @@
 use super::{connection, ConnectionLimits, PeerAccess};
 use crate::admission::{InFlight, Peer};
 use crate::limiter::Limiter;
+use crate::log_every::LogEvery;
 use crate::protocol::{ErrorCode, ProtoError, Reply};
-use crate::throttle::Throttle;
 use bytes::BytesMut;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,17 +18,17 @@ use tokio_util::task::TaskTracker;
 /// Refusals of one kind are logged at most this often.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(1);
 
-/// The log throttles of refused connections, one per kind.
+/// The rate-limited log lines of refused connections, one per kind.
 struct Refusals {
-    perm: Throttle,
-    busy: Throttle,
+    perm: LogEvery,
+    busy: LogEvery,
 }
 
 impl Default for Refusals {
     fn default() -> Self {
         Refusals {
-            perm: Throttle::new(REFUSAL_LOG_INTERVAL),
-            busy: Throttle::new(REFUSAL_LOG_INTERVAL),
+            perm: LogEvery::new(REFUSAL_LOG_INTERVAL),
+            busy: LogEvery::new(REFUSAL_LOG_INTERVAL),
         }
     }
 }

@@ -16,7 +16,7 @@
 //! transitions (first primary opens, last one closes) are logged as `circuit open` /
 //! `circuit closed` and drive the metrics gauge and the systemd status.
 
-use super::lateness::mono_us;
+use crate::clock::mono_us;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

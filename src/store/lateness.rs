@@ -9,19 +9,12 @@
 //! itself is overdue (the stall is still going on, or has just ended and the ticker has
 //! not run yet) or when its own timer fired `stall` late.
 
+use crate::clock::mono_us;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How often the ticker wakes.
 pub const TICK: Duration = Duration::from_millis(5);
-
-/// µs since the process's first call: a monotonic time stamp that fits an atomic.
-pub fn mono_us() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    let epoch = *EPOCH.get_or_init(Instant::now);
-    u64::try_from(epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
-}
 
 /// Event-loop lag as the ticker saw it.
 #[derive(Debug)]

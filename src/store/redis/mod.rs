@@ -22,12 +22,13 @@ use super::connect::{connection_settings, credentials, secrets_fingerprint, serv
 use super::connection_errors::ConnectionErrors;
 use super::credentials::Credentials;
 use super::health::Circuit;
-use super::lateness::{mono_us, Lateness};
+use super::lateness::Lateness;
 use super::scripts::{self, Scripts};
 use super::tls::Tls;
 use super::topology::{self, Primary, Topology};
 use super::{StoreError, StoreKey};
 use crate::algorithm::{token_bucket, Kind, Outcome, Params};
+use crate::clock::mono_us;
 use crate::config::{RedisConfig, RedisMode};
 use arc_swap::ArcSwap;
 use fred::prelude::*;

@@ -3,14 +3,14 @@
 //!
 //! A line per event would flood the journal under load (a refused connection storm, a
 //! key Redis cannot decide, requested a million times a second), so such events are
-//! logged through a [`Throttle`]. Lock-free: callable from any task through `&self`.
+//! logged through a [`LogEvery`]. Lock-free: callable from any task through `&self`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Lets one event through per `interval`, counting those held back.
 #[derive(Debug)]
-pub struct Throttle {
+pub struct LogEvery {
     epoch: Instant,
     interval_ms: u64,
     /// When an event was last let through: ms since `epoch`, plus 1 (0 = never).
@@ -19,10 +19,10 @@ pub struct Throttle {
     suppressed: AtomicU64,
 }
 
-impl Throttle {
+impl LogEvery {
     /// At most one event per `interval` (`Duration::MAX`: only the first ever).
     pub fn new(interval: Duration) -> Self {
-        Throttle {
+        LogEvery {
             epoch: Instant::now(),
             interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
             last: AtomicU64::new(0),
@@ -57,13 +57,13 @@ mod tests {
 
     #[test]
     fn one_per_interval_and_counts_the_rest() {
-        let t = Throttle::new(Duration::from_millis(30));
+        let t = LogEvery::new(Duration::from_millis(30));
         assert_eq!(t.admit(), Some(0));
         assert_eq!(t.admit(), None);
         assert_eq!(t.admit(), None);
         std::thread::sleep(Duration::from_millis(40));
         assert_eq!(t.admit(), Some(2));
-        let once = Throttle::new(Duration::MAX);
+        let once = LogEvery::new(Duration::MAX);
         assert_eq!(once.admit(), Some(0));
         assert_eq!(once.admit(), None);
     }
