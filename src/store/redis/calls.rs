@@ -5,10 +5,12 @@
 
 use super::RedisStore;
 use crate::algorithm::{Outcome, Params};
+use crate::clock::mono_us;
 use crate::lease::{Granted, Request};
 use crate::store::scripts;
 use crate::store::topology::Primary;
 use crate::store::{Store, StoreError, StoreKey, UntilDone, HELD_AT_MOST};
+use fred::error::Error;
 use fred::types::Key;
 use std::future::Future;
 use std::sync::Arc;
@@ -75,6 +77,67 @@ impl Store for RedisStore {
 }
 
 impl RedisStore {
+    /// Waits for `call` (a [`RedisStore::decide_unbounded`] on `primary`) at most
+    /// `redis.timeout_ms`, and tells the primary's breaker how it went. A timeout caused
+    /// by this process's own lateness waits once more (up to another `timeout_ms`) for
+    /// Redis's answer and is not counted against the primary. On a timeout `call` is
+    /// still running: its owner decides whether it runs to its end.
+    ///
+    /// # Errors
+    /// What Redis or the connection reported, a timeout, a redirection (the slot moved:
+    /// decided locally, the map is refreshed), or a malformed script reply.
+    pub(super) async fn bounded<F, T>(
+        &self,
+        primary: &Primary,
+        call: &mut F,
+    ) -> Result<T, StoreError>
+    where
+        F: Future<Output = Result<T, Error>> + Unpin,
+    {
+        let mut waited_from = mono_us();
+        let mut excused = false;
+        let answer = loop {
+            match tokio::time::timeout(self.timeout, &mut *call).await {
+                Ok(answer) => break Some(answer),
+                // This process was late, not Redis: once, give Redis's answer (maybe
+                // already in the socket) the time it would have had.
+                Err(_) if !excused && self.lateness.excuses(waited_from, self.timeout) => {
+                    excused = true;
+                    tracing::debug!("a Redis call outlived redis.timeout_ms while this process was late: waiting for its answer");
+                    waited_from = mono_us();
+                }
+                Err(_) => break None,
+            }
+        };
+        match answer {
+            Some(Ok(outcome)) => {
+                primary.health.succeeded();
+                Ok(outcome)
+            }
+            Some(Err(e)) if is_redirect(&e) => {
+                self.refresh_wanted.notify_one();
+                Err(StoreError::Key(e))
+            }
+            Some(Err(e)) => {
+                let e = StoreError::from_redis(e);
+                if let StoreError::Unavailable { .. } = e {
+                    primary.health.failed(&e);
+                }
+                Err(e)
+            }
+            None => {
+                let why = format!(
+                    "no answer within redis.timeout_ms = {}",
+                    self.timeout.as_millis()
+                );
+                if !self.lateness.late_since(waited_from) {
+                    primary.health.failed(&why);
+                }
+                Err(StoreError::timeout(why))
+            }
+        }
+    }
+
     /// Runs `call` on `primary` holding `hold` until Redis is done with it, and waits for
     /// it at most `redis.timeout_ms` ([`RedisStore::bounded`]).
     async fn held<T, H, F>(
@@ -98,4 +161,10 @@ impl RedisStore {
         );
         self.bounded(&primary, &mut call).await
     }
+}
+
+/// True for a cluster redirection (`MOVED`, `ASK`): the slot lives elsewhere now.
+fn is_redirect(e: &Error) -> bool {
+    let d = e.details();
+    d.starts_with("MOVED ") || d.starts_with("ASK ") || d.contains("CLUSTERDOWN")
 }

@@ -28,13 +28,11 @@ use super::tls::Tls;
 use super::topology::{self, Primary, Topology};
 use super::{StoreError, StoreKey};
 use crate::algorithm::{token_bucket, Kind, Outcome, Params};
-use crate::clock::mono_us;
 use crate::config::{RedisConfig, RedisMode};
 use arc_swap::ArcSwap;
 use fred::prelude::*;
 use fred::types::config::CredentialProvider;
 use fred::types::scripts::Script;
-use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -345,67 +343,6 @@ impl RedisStore {
         self.topology.load().owner(key.0.as_bytes()).cloned()
     }
 
-    /// Waits for `call` (a [`RedisStore::decide_unbounded`] on `primary`) at most
-    /// `redis.timeout_ms`, and tells the primary's breaker how it went. A timeout caused
-    /// by this process's own lateness waits once more (up to another `timeout_ms`) for
-    /// Redis's answer and is not counted against the primary. On a timeout `call` is
-    /// still running: its owner decides whether it runs to its end.
-    ///
-    /// # Errors
-    /// What Redis or the connection reported, a timeout, a redirection (the slot moved:
-    /// decided locally, the map is refreshed), or a malformed script reply.
-    pub(super) async fn bounded<F, T>(
-        &self,
-        primary: &Primary,
-        call: &mut F,
-    ) -> Result<T, StoreError>
-    where
-        F: Future<Output = Result<T, Error>> + Unpin,
-    {
-        let mut waited_from = mono_us();
-        let mut excused = false;
-        let answer = loop {
-            match tokio::time::timeout(self.timeout, &mut *call).await {
-                Ok(answer) => break Some(answer),
-                // This process was late, not Redis: once, give Redis's answer (maybe
-                // already in the socket) the time it would have had.
-                Err(_) if !excused && self.lateness.excuses(waited_from, self.timeout) => {
-                    excused = true;
-                    tracing::debug!("a Redis call outlived redis.timeout_ms while this process was late: waiting for its answer");
-                    waited_from = mono_us();
-                }
-                Err(_) => break None,
-            }
-        };
-        match answer {
-            Some(Ok(outcome)) => {
-                primary.health.succeeded();
-                Ok(outcome)
-            }
-            Some(Err(e)) if is_redirect(&e) => {
-                self.refresh_wanted.notify_one();
-                Err(StoreError::Key(e))
-            }
-            Some(Err(e)) => {
-                let e = StoreError::from_redis(e);
-                if let StoreError::Unavailable { .. } = e {
-                    primary.health.failed(&e);
-                }
-                Err(e)
-            }
-            None => {
-                let why = format!(
-                    "no answer within redis.timeout_ms = {}",
-                    self.timeout.as_millis()
-                );
-                if !self.lateness.late_since(waited_from) {
-                    primary.health.failed(&why);
-                }
-                Err(StoreError::timeout(why))
-            }
-        }
-    }
-
     /// Decides `cost` units for `key` on `primary` (its owner, [`RedisStore::owner`])
     /// with EVALSHA of `params`' script, unbounded; [`RedisStore::bounded`] bounds it.
     /// Re-loads the scripts on `NOSCRIPT` (one caller for all) and retries. With `peek`,
@@ -541,10 +478,4 @@ fn decision_args(params: &Params, cost: u32, peek: bool) -> Vec<Value> {
         false => scripts::args(params, cost),
         true => scripts::peek_args(params, cost),
     }
-}
-
-/// True for a cluster redirection (`MOVED`, `ASK`): the slot lives elsewhere now.
-fn is_redirect(e: &Error) -> bool {
-    let d = e.details();
-    d.starts_with("MOVED ") || d.starts_with("ASK ") || d.contains("CLUSTERDOWN")
 }
