@@ -141,75 +141,86 @@ impl Loader {
             }
         };
         for (i, item) in items.iter().enumerate() {
-            let field = format!("{field}[{i}]");
-            let (mut key, mut value, mut rate_limit, mut children, mut shadow) =
-                (String::new(), String::new(), None, None, false);
-            let mut share = None;
-            let allowed = [
-                "key",
-                "value",
-                "rate_limit",
-                "descriptors",
-                "shadow_mode",
-                "quota_mode",
-                "share_threshold",
-            ];
-            for (name, v) in self.fields(item, &field, &allowed)? {
-                let f = join(&field, name);
-                match name {
-                    "key" => key = self.string(v, &f)?,
-                    "value" => value = self.string(v, &f)?,
-                    "rate_limit" => rate_limit = Some(v),
-                    "descriptors" => children = Some(v),
-                    "shadow_mode" => shadow = self.boolean(v, &f)?,
-                    "share_threshold" => share = Some((self.boolean(v, &f)?, v.line)),
-                    _ => {
-                        if self.boolean(v, &f)? {
-                            return Err(self.err(
-                                v.line,
-                                &f,
-                                "quota_mode is not supported by ratelimitd",
-                            ));
-                        }
+            self.descriptor(parent, path, item, &format!("{field}[{i}]"))?;
+        }
+        Ok(())
+    }
+
+    /// One descriptor `item` (the list entry `field`) under `parent`, whose path is
+    /// `path`: its key and value, its limit, and its own descriptors.
+    fn descriptor(
+        &mut self,
+        parent: &mut Node,
+        path: &str,
+        item: &Y,
+        field: &str,
+    ) -> Result<(), ConfigError> {
+        let (mut key, mut value, mut rate_limit, mut children, mut shadow) =
+            (String::new(), String::new(), None, None, false);
+        let mut share = None;
+        let allowed = [
+            "key",
+            "value",
+            "rate_limit",
+            "descriptors",
+            "shadow_mode",
+            "quota_mode",
+            "share_threshold",
+        ];
+        for (name, v) in self.fields(item, field, &allowed)? {
+            let f = join(field, name);
+            match name {
+                "key" => key = self.string(v, &f)?,
+                "value" => value = self.string(v, &f)?,
+                "rate_limit" => rate_limit = Some(v),
+                "descriptors" => children = Some(v),
+                "shadow_mode" => shadow = self.boolean(v, &f)?,
+                "share_threshold" => share = Some((self.boolean(v, &f)?, v.line)),
+                _ => {
+                    if self.boolean(v, &f)? {
+                        return Err(self.err(
+                            v.line,
+                            &f,
+                            "quota_mode is not supported by ratelimitd",
+                        ));
                     }
                 }
             }
-            if key.is_empty() {
-                return Err(self.err(item.line, &join(&field, "key"), "descriptor has empty key"));
-            }
-            let final_key = if value.is_empty() {
-                key.clone()
-            } else {
-                format!("{key}_{value}")
-            };
-            let path = format!("{path}.{final_key}");
-            if parent.children.contains_key(&final_key) {
-                return Err(self.err(
-                    item.line,
-                    &field,
-                    format!("duplicate descriptor composite key '{path}'"),
-                ));
-            }
-            let mut node = Node::default();
-            if let Some((share, line)) = share {
-                if share && !final_key.contains('*') {
-                    return Err(self.err(line, &join(&field, "share_threshold"), format!("share_threshold can only be used with wildcard values (containing '*'), but found key '{final_key}'")));
-                }
-                node.share_threshold = share;
-            }
-            if let Some(rl) = rate_limit {
-                node.limit =
-                    Some(self.rate_limit(rl, &join(&field, "rate_limit"), &path, shadow)?);
-            }
-            if let Some(list) = children {
-                self.descriptors(&mut node, &path, list, &join(&field, "descriptors"))?;
-            }
-            if final_key.contains('*') {
-                let parts = final_key.split('*').map(str::to_owned).collect();
-                parent.wildcards.push((final_key.clone(), parts));
-            }
-            parent.children.insert(final_key, node);
         }
+        if key.is_empty() {
+            return Err(self.err(item.line, &join(field, "key"), "descriptor has empty key"));
+        }
+        let final_key = if value.is_empty() {
+            key.clone()
+        } else {
+            format!("{key}_{value}")
+        };
+        let path = format!("{path}.{final_key}");
+        if parent.children.contains_key(&final_key) {
+            return Err(self.err(
+                item.line,
+                field,
+                format!("duplicate descriptor composite key '{path}'"),
+            ));
+        }
+        let mut node = Node::default();
+        if let Some((share, line)) = share {
+            if share && !final_key.contains('*') {
+                return Err(self.err(line, &join(field, "share_threshold"), format!("share_threshold can only be used with wildcard values (containing '*'), but found key '{final_key}'")));
+            }
+            node.share_threshold = share;
+        }
+        if let Some(rl) = rate_limit {
+            node.limit = Some(self.rate_limit(rl, &join(field, "rate_limit"), &path, shadow)?);
+        }
+        if let Some(list) = children {
+            self.descriptors(&mut node, &path, list, &join(field, "descriptors"))?;
+        }
+        if final_key.contains('*') {
+            let parts = final_key.split('*').map(str::to_owned).collect();
+            parent.wildcards.push((final_key.clone(), parts));
+        }
+        parent.children.insert(final_key, node);
         Ok(())
     }
 
@@ -243,26 +254,7 @@ impl Loader {
                 }
                 "unlimited" => unlimited = self.boolean(v, &f)?,
                 "name" => name = self.string(v, &f)?,
-                _ => {
-                    let Kind::Seq(items) = &v.kind else {
-                        return Err(self.err(v.line, &f, "expected a list of {name: ...}"));
-                    };
-                    for (i, item) in items.iter().enumerate() {
-                        let f = format!("{f}[{i}]");
-                        let mut r = String::new();
-                        for (_, n) in self.fields(item, &f, &["name"])? {
-                            r = self.string(n, &join(&f, "name"))?;
-                        }
-                        if r.is_empty() {
-                            return Err(self.err(
-                                item.line,
-                                &f,
-                                "should not have an empty replaces entry",
-                            ));
-                        }
-                        replaces.push(r);
-                    }
-                }
+                _ => replaces = self.replaces(v, &f)?,
             }
         }
         let parsed = Unit::parse(&unit);
@@ -291,7 +283,46 @@ impl Loader {
                 format!("above {MAX_LIMIT}"),
             ));
         }
-        let decider = match parsed {
+        let decider = self.decider(parsed, rpu, path);
+        Ok(self.add(Limit {
+            id: 0,
+            decider,
+            requests_per_unit: rpu as u32,
+            unit: parsed,
+            window_ms: parsed.map_or(0, |u| u.seconds() * 1000),
+            name,
+            replaces,
+            shadow_mode,
+            domain: self.domain.clone(),
+            path: path.to_owned(),
+            origin: format!("{}:{}", self.file, node.line),
+        }))
+    }
+
+    /// A `replaces` list `v` (the field `f`): the names of the limits it replaces.
+    fn replaces(&self, v: &Y, f: &str) -> Result<Vec<String>, ConfigError> {
+        let Kind::Seq(items) = &v.kind else {
+            return Err(self.err(v.line, f, "expected a list of {name: ...}"));
+        };
+        let mut replaces = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let f = format!("{f}[{i}]");
+            let mut r = String::new();
+            for (_, n) in self.fields(item, &f, &["name"])? {
+                r = self.string(n, &join(&f, "name"))?;
+            }
+            if r.is_empty() {
+                return Err(self.err(item.line, &f, "should not have an empty replaces entry"));
+            }
+            replaces.push(r);
+        }
+        Ok(replaces)
+    }
+
+    /// What decides a limit of `rpu` requests per `unit` (none: unlimited) at `path`: a
+    /// fixed window rule named after the path, or never / always.
+    fn decider(&self, unit: Option<Unit>, rpu: u64, path: &str) -> Decider {
+        match unit {
             None => Decider::Unlimited,
             Some(_) if rpu == 0 => Decider::Never,
             Some(u) => {
@@ -309,19 +340,6 @@ impl Loader {
                 rule.fallback_auto = self.hosts == Hosts::Auto;
                 Decider::Rule(Arc::new(rule))
             }
-        };
-        Ok(self.add(Limit {
-            id: 0,
-            decider,
-            requests_per_unit: rpu as u32,
-            unit: parsed,
-            window_ms: parsed.map_or(0, |u| u.seconds() * 1000),
-            name,
-            replaces,
-            shadow_mode,
-            domain: self.domain.clone(),
-            path: path.to_owned(),
-            origin: format!("{}:{}", self.file, node.line),
-        }))
+        }
     }
 }
