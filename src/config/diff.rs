@@ -25,6 +25,10 @@ pub fn needs_restart(current: &Config, new: &Config) -> Vec<&'static str> {
             "server.max_connections",
         ),
         (
+            n.max_connections_per_uid() != s.max_connections_per_uid(),
+            "server.max_connections_per_uid",
+        ),
+        (
             n.idle_timeout_ms != s.idle_timeout_ms,
             "server.idle_timeout_ms",
         ),

@@ -151,6 +151,7 @@ impl Config {
             message: e.to_string().trim_end().to_owned(),
         })?;
         let at = Locator { origin, text };
+        raw.server.validate(&at)?;
         let redis_span = raw.redis.as_ref().map_or(0..0, |r| r.span());
         let redis = raw.redis.map(Spanned::into_inner).unwrap_or_default();
         redis.validate(redis_span, &at)?;
