@@ -169,7 +169,7 @@ impl Config {
             let rule = r.validate(i, spanned.span(), raw.fallback.hosts, &at)?;
             rules.insert(rule.name.clone(), Arc::new(rule));
         }
-        let envoy = raw.envoy.validate(&rules, &at)?;
+        let envoy = raw.envoy.validate(&rules, &raw.server.socket, &at)?;
         Ok(Config {
             server: raw.server,
             redis,
