@@ -173,6 +173,10 @@ pub(super) fn de_max_keys<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Err
     ranged(d, "fallback.max_keys", 1, 1 << 40)
 }
 
+pub(super) fn de_min_hosts<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    ranged(d, "fallback.min_hosts", 1, 10_000).map(|v| v as u32)
+}
+
 pub(super) fn de_mode<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     struct ModeVisitor;
     impl de::Visitor<'_> for ModeVisitor {

@@ -59,6 +59,14 @@ pub fn needs_restart(current: &Config, new: &Config) -> Vec<&'static str> {
             "fallback.max_keys",
         ),
         (
+            new.fallback.min_hosts != current.fallback.min_hosts,
+            "fallback.min_hosts",
+        ),
+        (
+            new.fallback.state_dir != current.fallback.state_dir,
+            "fallback.state_dir",
+        ),
+        (
             new.metrics.listen != current.metrics.listen,
             "metrics.listen",
         ),
@@ -112,7 +120,7 @@ pub fn refused(current: &Config, new: &Config) -> Option<String> {
 pub fn applied(current: Config, new: Config) -> Config {
     let fallback = FallbackConfig {
         hosts: new.fallback.hosts,
-        max_keys: current.fallback.max_keys,
+        ..current.fallback.clone()
     };
     let envoy = if new.envoy.limits.is_some() {
         EnvoyConfig {

@@ -267,6 +267,13 @@ pub struct FallbackConfig {
     /// again full, so keep this above the number of active keys).
     #[serde(deserialize_with = "de_max_keys")]
     pub max_keys: u64,
+    /// With `hosts = "auto"`, the count in force is never below this (1..=10000, default
+    /// 1): the share of a daemon that has no count saved and has heard no heartbeat yet.
+    #[serde(deserialize_with = "de_min_hosts")]
+    pub min_hosts: u32,
+    /// Where the count of daemons alive is saved across restarts
+    /// ([`crate::saved_hosts`]) when `$STATE_DIRECTORY` is not set; absent: not saved.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl Default for FallbackConfig {
@@ -274,6 +281,8 @@ impl Default for FallbackConfig {
         FallbackConfig {
             hosts: Hosts::Auto,
             max_keys: 1_000_000,
+            min_hosts: 1,
+            state_dir: None,
         }
     }
 }
