@@ -1,7 +1,8 @@
-//! Who may use what, and how much of Redis one application may hold: the peer of a
-//! connection (uid and gid from `SO_PEERCRED`), the uid/gid lists of `[server]` and of
-//! each rule, and the daemon-wide cap on requests in flight to Redis with its share per
-//! uid.
+//! Who may use what, and how much of Redis and of the daemon one application may hold:
+//! the peer of a connection (uid and gid from `SO_PEERCRED`), the uid/gid lists of
+//! `[server]` and of each rule, the daemon-wide cap on requests in flight to Redis with
+//! its share per uid, and each uid's share of the connections
+//! (`server.max_connections_per_uid`).
 //!
 //! Why a cap: every `CHECK` that goes to Redis queues in Redis behind the ones already
 //! sent. Without a bound, one application pipelining on many connections fills that
@@ -14,6 +15,10 @@
 //! A slot is held until Redis has answered (or the Redis client gave up on the command),
 //! not merely until the caller's `redis.timeout_ms` ran out: a decision that timed out
 //! still sits in Redis' queue, so it still counts.
+//!
+//! Connections are shared the same way: `server.max_connections` for the daemon, and
+//! `server.max_connections_per_uid` (default half of it) per peer uid, so one
+//! application opening connections in a loop leaves the rest for the others.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -44,9 +49,16 @@ impl InFlightLimits {
 pub struct InFlight {
     limits: InFlightLimits,
     total: AtomicUsize,
-    /// The count of each uid with a connection open (an entry goes when its last
+    /// The counts of each uid with a connection open (an entry goes when its last
     /// connection and its last request in flight are gone).
-    uids: Mutex<HashMap<u32, Weak<AtomicUsize>>>,
+    uids: Mutex<HashMap<u32, Weak<UidShare>>>,
+}
+
+/// What one peer uid holds: requests in flight to Redis, connections open.
+#[derive(Debug, Default)]
+struct UidShare {
+    in_flight: AtomicUsize,
+    connections: AtomicUsize,
 }
 
 impl InFlight {
@@ -79,7 +91,7 @@ impl InFlight {
                 // Drop the entries of uids that are gone before adding one: the map
                 // stays as large as the uids with a connection open.
                 uids.retain(|_, w| w.strong_count() > 0);
-                let share = Arc::new(AtomicUsize::new(0));
+                let share = Arc::new(UidShare::default());
                 uids.insert(uid, Arc::downgrade(&share));
                 share
             }
@@ -109,7 +121,7 @@ pub struct Peer {
     pub uid: u32,
     /// Peer effective gid.
     pub gid: u32,
-    share: Arc<AtomicUsize>,
+    share: Arc<UidShare>,
     in_flight: Arc<InFlight>,
 }
 
@@ -128,11 +140,11 @@ impl Peer {
     /// the daemon is at its cap (the request is then answered `ERR BUSY`).
     pub fn redis_slot(&self) -> Option<RedisSlot> {
         let limits = self.in_flight.limits;
-        if !take(&self.share, limits.per_uid) {
+        if !take(&self.share.in_flight, limits.per_uid) {
             return None;
         }
         if !take(&self.in_flight.total, limits.total) {
-            self.share.fetch_sub(1, Ordering::AcqRel);
+            self.share.in_flight.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
         Some(RedisSlot {
@@ -161,7 +173,28 @@ impl Peer {
 
     /// Requests of this peer's uid in flight to Redis now.
     pub fn uid_in_flight(&self) -> usize {
-        self.share.load(Ordering::Relaxed)
+        self.share.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// One of its uid's connections, if the uid holds fewer than `max`
+    /// (`server.max_connections_per_uid`); given back when the [`UidConnection`] drops.
+    pub fn connection_slot(&self, max: usize) -> Option<UidConnection> {
+        take(&self.share.connections, max).then(|| UidConnection(Arc::clone(&self.share)))
+    }
+
+    /// Connections of this peer's uid open now (admitted ones).
+    pub fn uid_connections(&self) -> usize {
+        self.share.connections.load(Ordering::Relaxed)
+    }
+}
+
+/// One connection counted in its uid's share; given back on drop.
+#[derive(Debug)]
+pub struct UidConnection(Arc<UidShare>);
+
+impl Drop for UidConnection {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -169,14 +202,14 @@ impl Peer {
 #[derive(Debug)]
 pub struct RedisSlot {
     /// The uid's share it counts in (`None`: a background call, the daemon's cap only).
-    share: Option<Arc<AtomicUsize>>,
+    share: Option<Arc<UidShare>>,
     in_flight: Arc<InFlight>,
 }
 
 impl Drop for RedisSlot {
     fn drop(&mut self) {
         if let Some(share) = &self.share {
-            share.fetch_sub(1, Ordering::AcqRel);
+            share.in_flight.fetch_sub(1, Ordering::AcqRel);
         }
         self.in_flight.total.fetch_sub(1, Ordering::AcqRel);
     }
@@ -270,6 +303,21 @@ mod tests {
         }
         assert_eq!(f.total(), 0, "freed once the call ended");
         assert!(peer.redis_slot().is_some());
+    }
+
+    #[test]
+    fn a_uid_holds_at_most_its_connections() {
+        let f = InFlight::new(InFlightLimits::UNBOUNDED);
+        let (a1, a2, b) = (f.peer(1, 1), f.peer(1, 1), f.peer(2, 2));
+        let mut held: Vec<UidConnection> = (0..2).map(|_| a1.connection_slot(2).unwrap()).collect();
+        // The uid's second peer shares its count; another uid has its own.
+        assert!(a2.connection_slot(2).is_none());
+        assert_eq!(a2.uid_connections(), 2);
+        held.push(b.connection_slot(2).unwrap());
+        assert_eq!(b.uid_connections(), 1);
+        held.remove(0);
+        assert_eq!(a1.uid_connections(), 1);
+        assert!(a2.connection_slot(2).is_some());
     }
 
     #[test]

@@ -9,11 +9,15 @@
 //!
 //! Local decisions (`redis.mode = "none"`, the fallback, the deny cache's ageing) use
 //! [`local_clock_us`]: µs since the Unix epoch as the wall clock read it once, at the
-//! first call, advanced by the monotonic clock since. Windows align to the epoch as in
-//! Redis (within the wall clock's error at start), and a step of the wall clock (NTP,
-//! an operator, a resumed VM) neither hands local buckets a fresh budget (a step
-//! forward) nor freezes them (a step back). Durations that only this process measures
-//! (timeouts, log throttling) use `std::time::Instant` directly.
+//! first call, advanced by the boot clock since (`CLOCK_BOOTTIME`, [`boottime_us`]). Windows align to the epoch as in Redis (within
+//! the wall clock's error at start), and a step of the wall clock (NTP, an operator)
+//! neither hands local buckets a fresh budget (a step forward) nor freezes them (a step
+//! back). The boot clock, unlike `CLOCK_MONOTONIC` (and so `std::time::Instant`), keeps
+//! counting while the system is suspended (a laptop's lid, a VM suspended to disk): a
+//! deny-cache entry is as old as the time that really passed, so a DENY never answers
+//! past its `wait_ms` after a resume, and local windows stay aligned with Redis'. It costs
+//! what the monotonic clock does (both are read in the vDSO). Durations that only this
+//! process measures while it runs (timeouts, log throttling) use `std::time::Instant`.
 
 use std::sync::OnceLock;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -35,13 +39,33 @@ pub fn wall_clock_us() -> f64 {
         })
 }
 
-/// The clock of local decisions: µs since the epoch, monotonic. The wall clock read at
-/// the first call, plus the monotonic time elapsed since (whole µs).
+/// The clock of local decisions: µs since the epoch, monotonic, counting suspended
+/// time. The wall clock read at the first call, plus the boot clock's time elapsed since
+/// (whole µs).
 pub fn local_clock_us() -> f64 {
-    static ANCHOR: OnceLock<(Instant, f64)> = OnceLock::new();
-    let (at, wall) = *ANCHOR.get_or_init(|| (Instant::now(), wall_clock_us()));
-    let since = at.elapsed();
-    wall + since.as_secs() as f64 * 1e6 + f64::from(since.subsec_micros())
+    static ANCHOR: OnceLock<Anchor> = OnceLock::new();
+    ANCHOR
+        .get_or_init(|| Anchor::new(boottime_us(), wall_clock_us()))
+        .at(boottime_us())
+}
+
+/// The wall clock (µs since the epoch) read once, and a reading of the boot clock (µs)
+/// taken with it: the local clock at any later boot-clock reading.
+#[derive(Debug, Clone, Copy)]
+struct Anchor {
+    boot_us: u64,
+    wall_us: f64,
+}
+
+impl Anchor {
+    fn new(boot_us: u64, wall_us: f64) -> Self {
+        Anchor { boot_us, wall_us }
+    }
+
+    /// The local clock when the boot clock reads `boot_us`.
+    fn at(&self, boot_us: u64) -> f64 {
+        self.wall_us + boot_us.saturating_sub(self.boot_us) as f64
+    }
 }
 
 /// The local clock read at most once per batch of requests (the lines one `read`
@@ -51,8 +75,8 @@ pub fn local_clock_us() -> f64 {
 pub struct BatchClock(Option<f64>);
 
 impl BatchClock {
-    /// Now, µs since the epoch ([`local_clock_us`]): read at the first call, the same
-    /// value afterwards.
+    /// Now, µs since the epoch ([`local_clock_us`], on the boot clock): read at the
+    /// first call, the same value afterwards.
     pub fn now_us(&mut self) -> f64 {
         *self.0.get_or_insert_with(local_clock_us)
     }
@@ -98,5 +122,19 @@ mod tests {
         let b = local_clock_us();
         assert!(b >= a);
         assert!((a - wall_clock_us()).abs() < 5e6, "{a}");
+    }
+
+    #[test]
+    fn the_local_clock_advances_with_the_boot_clock() {
+        // Both read in one order and the other: the local clock's elapsed time lies
+        // between the boot clock's inner and outer intervals.
+        let (b0, l0, b1) = (boottime_us(), local_clock_us(), boottime_us());
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        let (b2, l1, b3) = (boottime_us(), local_clock_us(), boottime_us());
+        let elapsed = l1 - l0;
+        assert!(
+            elapsed >= (b2 - b1) as f64 && elapsed <= (b3 - b0) as f64,
+            "{elapsed}"
+        );
     }
 }

@@ -8,6 +8,7 @@ use crate::config::{Config, OnRedisFailure, RedisMode};
 use crate::envoy::limits::Shared as EnvoyLimits;
 use crate::limiter::Limiter;
 use crate::metrics;
+use crate::saved_hosts::SavedHosts;
 use crate::server::{self, BindError, ConnectionLimits};
 use crate::signals::{self, Reloader, Signals};
 use crate::store::health::Circuit;
@@ -206,10 +207,12 @@ fn raise_nofile(config: &Config) {
     }
 }
 
-/// With `fallback.hosts = "auto"` on some rule: beats once (bounded) so the share is
-/// known before serving, says at start-up which share is in force, and keeps beating
+/// With `fallback.hosts = "auto"` on some rule: puts the count saved by the last run in
+/// force ([`SavedHosts`]; else `fallback.min_hosts`), beats once (bounded) so the share
+/// is known before serving, says at start-up which share is in force, and keeps beating
 /// every [`HEARTBEAT_EVERY`] while the circuit is closed (the count last seen stays in
-/// force through an outage). With a fixed number only, says which.
+/// force through an outage, and is saved for the next start). With a fixed number only,
+/// says which.
 async fn start_heartbeat(
     config: &Config,
     envoy_auto: bool,
@@ -227,6 +230,8 @@ async fn start_heartbeat(
         return None;
     }
     let beat = Heartbeat::new(&config.redis.prefix);
+    let mut saved = SavedHosts::open(&config.fallback);
+    limiter.set_live_hosts(saved.at_start());
     let first = if circuit.is_open() {
         None
     } else {
@@ -236,17 +241,32 @@ async fn start_heartbeat(
             .and_then(Result::ok)
     };
     match first {
-        Some(n) => {
+        Some(alive) => {
+            let n = saved.heard(alive);
             limiter.set_live_hosts(n);
             tracing::info!(
-                hosts = n, id = beat.id(),
-                "fallback.hosts = \"auto\": {n} daemon(s) alive in Redis; with Redis unreachable each enforces limit ÷ {n} (the count last seen stays in force through an outage; never below 1)"
+                hosts = n, alive, id = beat.id(),
+                "fallback.hosts = \"auto\": {alive} daemon(s) alive in Redis; with Redis unreachable each enforces limit ÷ {n} (the count last seen stays in force through an outage; never below fallback.min_hosts = {})",
+                config.fallback.min_hosts
             );
         }
-        None => tracing::warn!(
-            id = beat.id(),
-            "fallback.hosts = \"auto\": no heartbeat answered yet, so with Redis unreachable this daemon enforces limit ÷ 1 (the floor) until one does"
-        ),
+        None => {
+            let n = saved.at_start();
+            let from = match (saved.saved(), saved.path()) {
+                (Some(s), Some(path)) => {
+                    format!(
+                        "{s} daemon(s) alive when last heard, saved in {}",
+                        path.display()
+                    )
+                }
+                _ => "no count saved".to_owned(),
+            };
+            tracing::warn!(
+                hosts = n, id = beat.id(),
+                "fallback.hosts = \"auto\": no heartbeat answered yet, so with Redis unreachable this daemon enforces limit ÷ {n} ({from}; fallback.min_hosts = {}) until one does",
+                config.fallback.min_hosts
+            );
+        }
     }
     let (redis, circuit, limiter) = (Arc::clone(redis), Arc::clone(circuit), Arc::clone(limiter));
     Some(tokio::spawn(async move {
@@ -257,10 +277,12 @@ async fn start_heartbeat(
             if circuit.is_open() {
                 continue;
             }
-            let Ok(Ok(n)) = tokio::time::timeout(HEARTBEAT_TIMEOUT, redis.heartbeat(&beat)).await
+            let Ok(Ok(alive)) =
+                tokio::time::timeout(HEARTBEAT_TIMEOUT, redis.heartbeat(&beat)).await
             else {
                 continue;
             };
+            let n = saved.heard(alive);
             let before = limiter.set_live_hosts(n);
             if before != n {
                 tracing::info!(

@@ -71,8 +71,8 @@ impl LocalBuckets {
 
     /// Decides `cost` units for `key` (the [`crate::key::TagKey`] of `"<rule>:<key>"`)
     /// at `now_us`, the local clock ([`crate::clock::local_clock_us`]: µs since the
-    /// epoch, so windows align as in Redis, and monotonic, so a wall-clock step neither
-    /// refills nor freezes a bucket). `limit` is the rule's capacity/limit, reported as is (docs/PROTOCOL.md), even
+    /// epoch, so windows align as in Redis, and monotonic on the boot clock, so a
+    /// wall-clock step neither refills nor freezes a bucket, and a suspend counts). `limit` is the rule's capacity/limit, reported as is (docs/PROTOCOL.md), even
     /// when `params` is a share of it.
     pub fn decide(
         &self,

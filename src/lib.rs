@@ -17,6 +17,7 @@
 //! * [`limiter`]: the decision flow: deny cache → Redis → local;
 //! * [`lease`]: token leases of hot keys (`lease = "auto"`), their per-key state;
 //! * [`cache`]: the deny cache; [`fallback`]: local buckets, fail-open, fail-closed;
+//!   [`saved_hosts`]: the count of daemons alive, kept across restarts;
 //! * [`store`]: Redis: client, scripts, health (circuit and prober);
 //! * [`server`]: the socket, connections, dispatch of a line to the limiter;
 //! * [`envoy`]: the Envoy Rate Limit Service (gRPC) front end and its YAML limits;
@@ -45,6 +46,7 @@ pub mod metrics;
 pub mod metrics_http;
 pub mod protocol;
 pub mod rlimit;
+pub mod saved_hosts;
 pub mod server;
 pub mod signals;
 pub mod state_map;

@@ -87,7 +87,8 @@ impl Reloader {
 }
 
 /// Re-reads the config (TOML and Envoy YAML); applies the rules and the Envoy limits,
-/// reports settings that need a restart. Returns the configuration now in force, or why
+/// reports settings that need a restart. A new configuration that changes a rule's
+/// algorithm is rejected whole ([`diff::refused`]). Returns the configuration now in force, or why
 /// the files were rejected (nothing applied).
 fn reload(
     path: &Path,
@@ -95,14 +96,15 @@ fn reload(
     limiter: &Limiter,
     envoy: Option<&Rls>,
 ) -> Result<Config, String> {
-    let new = Config::load(path).map_err(|e| {
+    let rejected = |e: String| {
         tracing::error!("SIGHUP: new configuration rejected, the old one stays in force: {e}");
-        e.to_string()
-    })?;
-    let limits = crate::envoy::load::limits_for(&new).map_err(|e| {
-        tracing::error!("SIGHUP: new configuration rejected, the old one stays in force: {e}");
-        e.to_string()
-    })?;
+        e
+    };
+    let new = Config::load(path).map_err(|e| rejected(e.to_string()))?;
+    if let Some(why) = diff::refused(current, &new) {
+        return Err(rejected(format!("{}: {why}", path.display())));
+    }
+    let limits = crate::envoy::load::limits_for(&new).map_err(|e| rejected(e.to_string()))?;
     for what in diff::needs_restart(current, &new) {
         tracing::warn!(
             "SIGHUP: {what} changed; it needs a restart to apply (the running value stays)"

@@ -288,14 +288,22 @@ fn documented_rule(doc: &[Section], algorithm: Option<&str>, extra: &[(&str, &st
     table(rule, &all)
 }
 
+/// `[envoy]` with the front end on, the base of its other fields' examples.
+const ENVOY_ON: &str = "[envoy]\nlisten = \"unix:/run/ratelimitd/rls.sock\"\n";
+
 /// A file setting `row` of `section` to its example: on top of the section's required
-/// fields; a rule's on top of the documented rule; a descriptor's after it.
+/// fields; a rule's on top of the documented rule; a descriptor's after it; another
+/// `[envoy]` field's beside `listen`.
 fn example_file(doc: &[Section], section: &Section, row: &Row) -> String {
     let field = [(row.field.as_str(), row.example.as_str())];
     match section.path.as_str() {
+        "envoy" if row.field != "listen" => {
+            let listen = ("listen", "\"unix:/run/ratelimitd/rls.sock\"");
+            table(section, &[listen, field[0]])
+        }
         "rule" => documented_rule(doc, None, &field),
         "envoy.descriptor" => format!(
-            "{}\n{}",
+            "{}\n{ENVOY_ON}{}",
             documented_rule(doc, None, &[]),
             table(section, &field)
         ),
@@ -307,6 +315,9 @@ fn example_file(doc: &[Section], section: &Section, row: &Row) -> String {
 fn each_example_loads_and_its_reload_column_matches_diff() {
     let doc = doc_sections();
     let empty = Config::parse("", "empty.toml").unwrap();
+    // The front end's other fields are compared with it on (`listen` set on both
+    // sides): without `listen`, a `config_dir` turns it on, which needs a restart.
+    let envoy_on = Config::parse(ENVOY_ON, "envoy.toml").unwrap();
     let mut checked_reload = 0;
     let mut rows = 0;
     for section in &doc {
@@ -326,10 +337,15 @@ fn each_example_loads_and_its_reload_column_matches_diff() {
                         "{at}: the reload column says '{}', not reload or restart",
                         row.reload
                     );
-                    if config == empty {
+                    let base = match section.path.as_str() {
+                        "envoy" if row.field != "listen" => &envoy_on,
+                        "envoy.descriptor" => &envoy_on,
+                        _ => &empty,
+                    };
+                    if config == *base {
                         panic!("{at}: the example is the default; give one that differs");
                     }
-                    let restart = diff::needs_restart(&empty, &config);
+                    let restart = diff::needs_restart(base, &config);
                     assert_eq!(
                         row.reload == "restart",
                         !restart.is_empty(),

@@ -59,7 +59,7 @@ fn idle_metrics_connections_take_nothing_from_socket_clients() {
     ratelimitd::rlimit::raise_nofile().unwrap();
     let port = free_port();
     let d = Daemon::start(&format!(
-        "[server]\nmax_connections = 100\n[redis]\nmode = \"none\"\n[metrics]\nlisten = {port}\n\
+        "[server]\nmax_connections = 100\nmax_connections_per_uid = 100\n[redis]\nmode = \"none\"\n[metrics]\nlisten = {port}\n\
          [[rule]]\nname = \"api\"\nalgorithm = \"token_bucket\"\ncapacity = 1000\nrefill_rate = 1000.0\n"
     ));
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", d.pid())).unwrap();

@@ -244,6 +244,9 @@ fn units_declare_notify_watchdog_reload_and_hardening() {
         "ExecReload=/bin/kill -HUP $MAINPID",
         "Restart=on-failure",
         "User=ratelimitd",
+        // /var/lib/ratelimitd, passed as $STATE_DIRECTORY: where the count of daemons
+        // alive (fallback.hosts = "auto") is kept for a start while Redis is down.
+        "StateDirectory=ratelimitd",
     ] {
         assert!(service.iter().any(|l| l == want), "service lacks {want}");
     }

@@ -57,9 +57,9 @@ pub enum Lookup {
 /// Bounded map from `"<rule>:<key>"` (as its [`TagKey`](crate::key::TagKey)) to the last DENY Redis returned
 /// for it: moka, keyed by the page of the 64-bit hash ([`page`]: a few keys' DENYs per
 /// moka entry, weighed by their count), LRU eviction and no time-to-live of moka's own
-/// (each entry carries its own expiry, checked on the monotonic local clock): a new
-/// DENY, the sign of a hot key, is always admitted, and LRU without a time-to-live
-/// halves moka's own cost of an insert against TinyLFU with one (docs/perf-log.md).
+/// (each entry carries its own expiry, checked on the local clock, which counts a
+/// system suspend): a new DENY, the sign of a hot key, is always admitted, and LRU
+/// without a time-to-live halves moka's own cost of an insert against TinyLFU with one (docs/perf-log.md).
 pub struct DenyCache {
     entries: Option<Cache<u64, page::Page, Prehashed>>,
     /// How many pages the key space is split into (≥ 1).
@@ -178,7 +178,8 @@ impl DenyCache {
     /// The cached DENY for `key` ([`TagKey::of`] of the tag's parts) and `cost` at `now_us` (wall
     /// clock µs), if one is fresh, with `reset_ms` and `wait_ms` reduced by the whole ms
     /// since Redis was asked and `source = cache`. The clock is the one local decisions
-    /// read (once per batch, [`crate::clock::local_clock_us`], monotonic), so an entry
+    /// read (once per batch, [`crate::clock::local_clock_us`], monotonic on
+    /// `CLOCK_BOOTTIME`, so a system suspend ages the entry too), so an entry
     /// answers for at most `min(cache.ttl_ms, wait_ms)` (plus the refresh grace, never
     /// past `wait_ms`) whatever the wall clock does; a `now_us` before the entry counts
     /// as no time passed. The first request to find an entry of its cost expired, less

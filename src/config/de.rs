@@ -124,6 +124,19 @@ pub(super) fn de_max_connections<'de, D: Deserializer<'de>>(d: D) -> Result<usiz
     ranged(d, "server.max_connections", 1, 1_000_000).map(|v| v as usize)
 }
 
+pub(super) fn de_max_connections_per_uid<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<toml::Spanned<usize>>, D::Error> {
+    let v = toml::Spanned::<i64>::deserialize(d)?;
+    let n = *v.get_ref();
+    if !(1..=1_000_000).contains(&n) {
+        return Err(de::Error::custom(format!(
+            "server.max_connections_per_uid must be an integer from 1 to server.max_connections (got {n})"
+        )));
+    }
+    Ok(Some(toml::Spanned::new(v.span(), n as usize)))
+}
+
 pub(super) fn de_idle_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     ranged(d, "server.idle_timeout_ms", 0, 86_400_000)
 }
@@ -158,6 +171,10 @@ pub(super) fn de_hosts<'de, D: Deserializer<'de>>(d: D) -> Result<Hosts, D::Erro
 
 pub(super) fn de_max_keys<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     ranged(d, "fallback.max_keys", 1, 1 << 40)
+}
+
+pub(super) fn de_min_hosts<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    ranged(d, "fallback.min_hosts", 1, 10_000).map(|v| v as u32)
 }
 
 pub(super) fn de_mode<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {

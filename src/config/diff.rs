@@ -1,5 +1,6 @@
 //! What a reload changes: the rules, `[fallback] hosts` and the Envoy limits apply at
 //! once; every other setting needs a restart, and a reload names each one that changed.
+//! A reload that would change a rule's algorithm is refused whole ([`refused`]).
 
 use super::envoy::EnvoyConfig;
 use super::{Config, FallbackConfig};
@@ -23,6 +24,10 @@ pub fn needs_restart(current: &Config, new: &Config) -> Vec<&'static str> {
         (
             n.max_connections != s.max_connections,
             "server.max_connections",
+        ),
+        (
+            n.max_connections_per_uid() != s.max_connections_per_uid(),
+            "server.max_connections_per_uid",
         ),
         (
             n.idle_timeout_ms != s.idle_timeout_ms,
@@ -54,6 +59,14 @@ pub fn needs_restart(current: &Config, new: &Config) -> Vec<&'static str> {
             "fallback.max_keys",
         ),
         (
+            new.fallback.min_hosts != current.fallback.min_hosts,
+            "fallback.min_hosts",
+        ),
+        (
+            new.fallback.state_dir != current.fallback.state_dir,
+            "fallback.state_dir",
+        ),
+        (
             new.metrics.listen != current.metrics.listen,
             "metrics.listen",
         ),
@@ -81,13 +94,33 @@ pub fn needs_restart(current: &Config, new: &Config) -> Vec<&'static str> {
     reported
 }
 
+/// Why a reload from `current` to `new` must be refused, if it must: a rule whose
+/// `algorithm` changed. Its keys in Redis carry the algorithm's suffix
+/// (`<prefix>:{<rule>:<key>}:<suffix>`), so the rule would start every key fresh: a
+/// drained key would get a full budget. A restart may change it (every daemon then
+/// starts that rule's keys fresh, which the operator asked for by restarting).
+pub fn refused(current: &Config, new: &Config) -> Option<String> {
+    let mut names: Vec<&String> = new.rules.keys().collect();
+    names.sort();
+    names.into_iter().find_map(|name| {
+        let (was, is) = (current.rules.get(name)?.algorithm.kind, new.rules[name].algorithm.kind);
+        (was != is).then(|| {
+            format!(
+                "rule '{name}': algorithm changed from {} to {}; a reload cannot change a rule's algorithm (its keys in Redis would start fresh): give the rule a new name, or restart",
+                was.spec().name,
+                is.spec().name
+            )
+        })
+    })
+}
+
 /// The configuration in force after reloading `new` over `current`: `new`'s rules and
 /// `[fallback] hosts` (it reaches the rules through their `fallback_hosts`), `new`'s
 /// Envoy limits when it has some (`[envoy] listen` set), `current`'s everything else.
 pub fn applied(current: Config, new: Config) -> Config {
     let fallback = FallbackConfig {
         hosts: new.fallback.hosts,
-        max_keys: current.fallback.max_keys,
+        ..current.fallback.clone()
     };
     let envoy = if new.envoy.listen.is_some() {
         EnvoyConfig {
@@ -119,5 +152,32 @@ mod tests {
         .unwrap();
         assert_eq!(needs_restart(&a, &b), vec!["server.socket", "cache.ttl_ms"]);
         assert!(needs_restart(&a, &a).is_empty());
+    }
+
+    #[test]
+    fn a_changed_algorithm_is_refused_naming_the_rule() {
+        let rule = |name: &str, algorithm: &str, params: &str| {
+            format!("[[rule]]\nname = \"{name}\"\nalgorithm = \"{algorithm}\"\n{params}\n")
+        };
+        let bucket = "capacity = 3\nrefill_rate = 1.0";
+        let window = "limit = 3\nwindow = \"1m\"";
+        let a = Config::parse(&rule("x", "token_bucket", bucket), "a").unwrap();
+        let tighter = Config::parse(
+            &rule("x", "token_bucket", "capacity = 2\nrefill_rate = 1.0"),
+            "b",
+        )
+        .unwrap();
+        assert_eq!(refused(&a, &tighter), None, "parameters may change");
+        let renamed = Config::parse(&rule("y", "fixed_window", window), "c").unwrap();
+        assert_eq!(
+            refused(&a, &renamed),
+            None,
+            "a new name starts fresh by design"
+        );
+        let changed = Config::parse(&rule("x", "fixed_window", window), "d").unwrap();
+        assert_eq!(
+            refused(&a, &changed).as_deref(),
+            Some("rule 'x': algorithm changed from token_bucket to fixed_window; a reload cannot change a rule's algorithm (its keys in Redis would start fresh): give the rule a new name, or restart")
+        );
     }
 }

@@ -10,20 +10,32 @@ use super::{ConfigError, Locator, Rule};
 use serde::{Deserialize, Deserializer};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use toml::Spanned;
 
 /// Where the gRPC server listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EnvoyListen {
-    /// A TCP address (`"127.0.0.1:8081"`); keep it on loopback or a private network:
-    /// the RLS API has no authentication.
+    /// A TCP address (`"127.0.0.1:8081"`): the RLS API has no authentication, so any
+    /// process that can reach it spends budgets through it (a warning at start).
     Tcp(SocketAddr),
     /// A Unix stream socket (`"unix:/run/ratelimitd/rls.sock"`), created like
-    /// `server.socket` with `server.socket_mode`.
+    /// `server.socket` with `server.socket_mode`: only peers the file lets in reach it.
     Unix(PathBuf),
 }
+
+impl EnvoyListen {
+    /// The listener of a front end configured without `listen`: `rls.sock` beside
+    /// `server.socket` (`/run/ratelimitd/rls.sock` by default), a Unix socket made with
+    /// the same care and mode as the main one.
+    pub fn default_beside(socket: &Path) -> EnvoyListen {
+        EnvoyListen::Unix(socket.with_file_name(DEFAULT_SOCKET_NAME))
+    }
+}
+
+/// The file name of the default Unix socket of the front end, beside `server.socket`.
+pub const DEFAULT_SOCKET_NAME: &str = "rls.sock";
 
 impl std::fmt::Display for EnvoyListen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -91,7 +103,9 @@ pub(super) struct RawEnvoyConfig {
     descriptor: Vec<Spanned<RawDescriptorRule>>,
 }
 
-/// `[envoy]`, validated. Off (no `listen`) by default.
+/// `[envoy]`, validated. Off unless `listen`, `config_dir` or a `[[envoy.descriptor]]`
+/// is set; without `listen`, on a Unix socket beside `server.socket`
+/// ([`EnvoyListen::default_beside`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EnvoyConfig {
     /// Where the RLS gRPC server listens; `None`: no server.
@@ -109,10 +123,12 @@ pub struct EnvoyConfig {
 }
 
 impl RawEnvoyConfig {
-    /// Checks the descriptor rules against `rules` (by name).
+    /// Checks the descriptor rules against `rules` (by name); a front end with limits
+    /// but no `listen` listens on `rls.sock` beside `socket` (`server.socket`).
     pub(super) fn validate(
         self,
         rules: &HashMap<String, Arc<Rule>>,
+        socket: &Path,
         at: &Locator,
     ) -> Result<EnvoyConfig, ConfigError> {
         let mut descriptors = Vec::with_capacity(self.descriptor.len());
@@ -160,8 +176,12 @@ impl RawEnvoyConfig {
                 origin,
             });
         }
+        let configured = self.config_dir.is_some() || !descriptors.is_empty();
+        let listen = self
+            .listen
+            .or_else(|| configured.then(|| EnvoyListen::default_beside(socket)));
         Ok(EnvoyConfig {
-            listen: self.listen,
+            listen,
             config_dir: self.config_dir,
             ietf_headers: self.ietf_headers,
             descriptors,

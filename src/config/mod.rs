@@ -142,6 +142,7 @@ impl Config {
             message: e.to_string().trim_end().to_owned(),
         })?;
         let at = Locator { origin, text };
+        raw.server.validate(&at)?;
         let redis_span = raw.redis.as_ref().map_or(0..0, |r| r.span());
         let redis = raw.redis.map(Spanned::into_inner).unwrap_or_default();
         redis.validate(redis_span, &at)?;
@@ -159,7 +160,7 @@ impl Config {
             let rule = r.validate(i, spanned.span(), raw.fallback.hosts, &at)?;
             rules.insert(rule.name.clone(), Arc::new(rule));
         }
-        let envoy = raw.envoy.validate(&rules, &at)?;
+        let envoy = raw.envoy.validate(&rules, &raw.server.socket, &at)?;
         Ok(Config {
             server: raw.server,
             redis,

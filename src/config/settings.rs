@@ -41,6 +41,12 @@ pub struct ServerConfig {
     /// Connections served at once (1..=1000000); one more gets `ERR BUSY` and is closed.
     #[serde(deserialize_with = "de_max_connections")]
     pub max_connections: usize,
+    /// Connections one peer uid may hold at once (1..=`max_connections`); absent: half
+    /// of `max_connections`, at least 1 ([`ServerConfig::max_connections_per_uid`]). One
+    /// more from that uid gets `ERR BUSY` naming this limit and is closed, so one
+    /// application cannot take every connection.
+    #[serde(deserialize_with = "de_max_connections_per_uid")]
+    pub max_connections_per_uid: Option<Spanned<usize>>,
     /// A connection with nothing to answer that sends nothing for this long, or whose
     /// reader takes no reply bytes for this long, is closed, ms (0 = never; max 1 day).
     #[serde(deserialize_with = "de_idle_timeout")]
@@ -71,6 +77,31 @@ impl ServerConfig {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         (cpus / 2).max(1)
     }
+
+    /// The connections one peer uid may hold: `max_connections_per_uid`, or half of
+    /// `max_connections` (at least 1) when absent.
+    pub fn max_connections_per_uid(&self) -> usize {
+        self.max_connections_per_uid
+            .as_ref()
+            .map_or((self.max_connections / 2).max(1), |n| *n.get_ref())
+    }
+
+    /// Checks what single values cannot: `max_connections_per_uid` against
+    /// `max_connections`.
+    pub(super) fn validate(&self, at: &Locator) -> Result<(), ConfigError> {
+        match &self.max_connections_per_uid {
+            Some(n) if *n.get_ref() > self.max_connections => Err(at.invalid(
+                n.span(),
+                "server.max_connections_per_uid",
+                &format!(
+                    "{} is above server.max_connections = {}: one uid cannot hold more connections than the daemon serves",
+                    n.get_ref(),
+                    self.max_connections
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -83,6 +114,7 @@ impl Default for ServerConfig {
             allow_uids: Vec::new(),
             allow_gids: Vec::new(),
             max_connections: 1000,
+            max_connections_per_uid: None,
             idle_timeout_ms: 300_000,
             worker_threads: 0,
             redis_max_in_flight: 4096,
@@ -235,6 +267,13 @@ pub struct FallbackConfig {
     /// again full, so keep this above the number of active keys).
     #[serde(deserialize_with = "de_max_keys")]
     pub max_keys: u64,
+    /// With `hosts = "auto"`, the count in force is never below this (1..=10000, default
+    /// 1): the share of a daemon that has no count saved and has heard no heartbeat yet.
+    #[serde(deserialize_with = "de_min_hosts")]
+    pub min_hosts: u32,
+    /// Where the count of daemons alive is saved across restarts
+    /// ([`crate::saved_hosts`]) when `$STATE_DIRECTORY` is not set; absent: not saved.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl Default for FallbackConfig {
@@ -242,6 +281,8 @@ impl Default for FallbackConfig {
         FallbackConfig {
             hosts: Hosts::Auto,
             max_keys: 1_000_000,
+            min_hosts: 1,
+            state_dir: None,
         }
     }
 }
@@ -410,6 +451,40 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.redis.service_name.as_deref(), Some("mymaster"));
+    }
+
+    #[test]
+    fn connections_per_uid_default_to_half_and_stay_within_the_total() {
+        let server = |t: &str| Config::parse(&format!("[server]\n{t}\n"), "t.toml");
+        assert_eq!(server("").unwrap().server.max_connections_per_uid(), 500);
+        let c = server("max_connections = 7").unwrap();
+        assert_eq!(c.server.max_connections_per_uid(), 3);
+        assert_eq!(
+            server("max_connections = 1")
+                .unwrap()
+                .server
+                .max_connections_per_uid(),
+            1
+        );
+        let c = server("max_connections = 7\nmax_connections_per_uid = 7").unwrap();
+        assert_eq!(c.server.max_connections_per_uid(), 7);
+        let e = server("max_connections = 7\nmax_connections_per_uid = 8")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "t.toml:3: server.max_connections_per_uid: 8 is above server.max_connections = 7"
+            ),
+            "{e}"
+        );
+        let e = server("max_connections_per_uid = 0")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 2")
+                && e.contains("server.max_connections_per_uid must be an integer from 1"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -33,7 +33,9 @@ use std::sync::Arc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// Starts the front end if `[envoy] listen` is set: binds it, and serves until
+/// Starts the front end if `[envoy]` sets `listen` (or, without it, limits: then on its
+/// Unix socket beside `server.socket`; a TCP address is warned about at start, as any
+/// local process can reach it): binds it, and serves until
 /// `shutdown` on a task of its own. Returns the service (the reload gives it new
 /// limits) and the task. Its requests to Redis have their own bound,
 /// `server.redis_max_in_flight` (past it, decisions are made without Redis).
@@ -64,6 +66,12 @@ pub async fn start(
         tracing::warn!(%listen, "envoy.listen is set but no limit is configured (envoy.config_dir, [[envoy.descriptor]]): every descriptor is answered OK");
     }
     let local = bound.local_addr().map(|a| a.to_string());
+    if let Some(addr) = bound.local_addr() {
+        tracing::warn!(
+            %listen,
+            "the Envoy front end listens on TCP {addr}: any local process can spend budgets through it; prefer unix:/path"
+        );
+    }
     tracing::info!(
         %listen, bound = local.as_deref().unwrap_or(""),
         domains = limits.domains.len(), limits = limits.all.len(),

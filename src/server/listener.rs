@@ -1,9 +1,10 @@
 //! The accept loop: admits a connection (peer credentials, then one of
-//! `server.max_connections` slots), serves it on its own task, and on shutdown stops
-//! accepting and waits for every connection to answer what it received.
+//! `server.max_connections` slots and one of its uid's `server.max_connections_per_uid`),
+//! serves it on its own task, and on shutdown stops accepting and waits for every
+//! connection to answer what it received.
 
 use super::{connection, ConnectionLimits, PeerAccess};
-use crate::admission::{InFlight, Peer};
+use crate::admission::{InFlight, Peer, UidConnection};
 use crate::limiter::Limiter;
 use crate::log_every::LogEvery;
 use crate::protocol::{ErrorCode, ProtoError, Reply};
@@ -22,6 +23,7 @@ const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(1);
 struct Refusals {
     perm: LogEvery,
     busy: LogEvery,
+    busy_uid: LogEvery,
 }
 
 impl Default for Refusals {
@@ -29,6 +31,7 @@ impl Default for Refusals {
         Refusals {
             perm: LogEvery::new(REFUSAL_LOG_INTERVAL),
             busy: LogEvery::new(REFUSAL_LOG_INTERVAL),
+            busy_uid: LogEvery::new(REFUSAL_LOG_INTERVAL),
         }
     }
 }
@@ -52,7 +55,7 @@ pub async fn serve(
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    let Some((slot, peer)) = admit(&stream, &limits, &slots, &refusals, &in_flight) else {
+                    let Some((slots_held, peer)) = admit(&stream, &limits, &slots, &refusals, &in_flight) else {
                         continue;
                     };
                     let limiter = Arc::clone(&limiter);
@@ -65,7 +68,7 @@ pub async fn serve(
                             tracing::debug!(error = %e, "connection ended with an error");
                         }
                         open.decrement(1.0);
-                        drop(slot);
+                        drop(slots_held);
                     });
                 }
                 Err(e) => {
@@ -82,16 +85,17 @@ pub async fn serve(
 }
 
 /// Checks a new connection against `allow_uids`/`allow_gids`, then takes one of the
-/// `max_connections` slots. A refused connection is told why (`ERR PERM` or `ERR BUSY`,
-/// written without waiting: its send buffer is empty), logged, and closed on drop. An
-/// admitted one gets its [`Peer`] (its uid's share of the Redis slots).
+/// `max_connections` slots and one of its uid's `max_connections_per_uid`. A refused
+/// connection is told why (`ERR PERM` or `ERR BUSY`, written without waiting: its send
+/// buffer is empty), logged, and closed on drop. An admitted one gets its slots (held
+/// until it closes) and its [`Peer`] (its uid's share of the Redis slots).
 fn admit(
     stream: &UnixStream,
     limits: &ConnectionLimits,
     slots: &Arc<Semaphore>,
     refusals: &Refusals,
     in_flight: &Arc<InFlight>,
-) -> Option<(OwnedSemaphorePermit, Peer)> {
+) -> Option<((OwnedSemaphorePermit, UidConnection), Peer)> {
     let refuse = |code, message: &str| {
         crate::metrics::error_reply(code);
         let mut line = BytesMut::new();
@@ -108,26 +112,41 @@ fn admit(
             return None;
         }
     };
-    match Arc::clone(slots).try_acquire_owned() {
-        Ok(slot) => Some((slot, in_flight.peer(uid, gid))),
-        Err(_) => {
-            refuse(
-                ErrorCode::Busy,
-                &format!(
-                    "too many connections (server.max_connections = {}); retry later",
-                    limits.max_connections
-                ),
+    let Ok(slot) = Arc::clone(slots).try_acquire_owned() else {
+        refuse(
+            ErrorCode::Busy,
+            &format!(
+                "too many connections (server.max_connections = {}); retry later",
+                limits.max_connections
+            ),
+        );
+        if let Some(suppressed) = refusals.busy.admit() {
+            tracing::warn!(
+                suppressed,
+                "refused a connection: server.max_connections = {} reached",
+                limits.max_connections
             );
-            if let Some(suppressed) = refusals.busy.admit() {
-                tracing::warn!(
-                    suppressed,
-                    "refused a connection: server.max_connections = {} reached",
-                    limits.max_connections
-                );
-            }
-            None
         }
-    }
+        return None;
+    };
+    let peer = in_flight.peer(uid, gid);
+    let per_uid = limits.max_connections_per_uid;
+    let Some(uid_slot) = peer.connection_slot(per_uid) else {
+        refuse(
+            ErrorCode::Busy,
+            &format!(
+                "too many connections from uid {uid} (server.max_connections_per_uid = {per_uid}); retry later"
+            ),
+        );
+        if let Some(suppressed) = refusals.busy_uid.admit() {
+            tracing::warn!(
+                suppressed,
+                "refused a connection: uid {uid} holds server.max_connections_per_uid = {per_uid} connections"
+            );
+        }
+        return None;
+    };
+    Some(((slot, uid_slot), peer))
 }
 
 /// The peer's uid and gid, or `Err(message for the peer and the log)` if `access` does

@@ -28,6 +28,9 @@ pub struct ConnectionLimits {
     pub max_in_flight: usize,
     /// Connections served at once; one more is answered `ERR BUSY` and closed.
     pub max_connections: usize,
+    /// Connections one peer uid may hold at once (`server.max_connections_per_uid`); one
+    /// more from that uid is answered `ERR BUSY` and closed.
+    pub max_connections_per_uid: usize,
     /// Close a connection idle (nothing received, nothing to answer) or not taking its
     /// replies for this long; `None` = never.
     pub idle_timeout: Option<Duration>,
@@ -43,6 +46,7 @@ impl From<&ServerConfig> for ConnectionLimits {
             max_line_bytes: c.max_line_bytes,
             max_in_flight: c.max_in_flight,
             max_connections: c.max_connections,
+            max_connections_per_uid: c.max_connections_per_uid(),
             idle_timeout: (c.idle_timeout_ms > 0).then(|| Duration::from_millis(c.idle_timeout_ms)),
             access: PeerAccess {
                 uids: c.allow_uids.clone(),
