@@ -18,6 +18,7 @@ use crate::systemd::{self, ActivationError};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
 
 /// How long start-up waits for Redis before serving from local buckets.
@@ -77,13 +78,7 @@ async fn serve(
     let signals = Signals::install().map_err(StartError::Signals)?;
     // Socket activation (systemd/ratelimitd.socket): serve the socket systemd passed.
     let activated = systemd::activated_listener()?;
-    if let Some(listen) = config.metrics.listen {
-        metrics::install(listen, config.metrics.max_connections)?;
-        if !listen.ip().is_loopback() {
-            tracing::warn!(%listen, "metrics.listen is not a loopback address; the endpoint has no authentication");
-        }
-        tracing::info!(%listen, "serving Prometheus metrics");
-    }
+    start_metrics(&config)?;
     warn_about_small_shares(&config);
     raise_nofile(&config);
     systemd::notify_status("starting: connecting to Redis");
@@ -96,35 +91,11 @@ async fn serve(
         let limiter = Arc::clone(&limiter);
         tokio::spawn(metrics::sample_sizes(move || limiter.sizes()))
     });
-    let socket = config.server.socket.clone();
-    // The socket file this daemon created: only that one is removed at shutdown.
-    let mut bound = None;
-    let (listener, served, is_activated) = match activated {
-        Some((listener, path)) => {
-            if path.as_deref() != Some(socket.as_path()) {
-                tracing::warn!(
-                    configured = %socket.display(), passed = ?path,
-                    "server.socket differs from the socket systemd passed; serving the one systemd passed"
-                );
-            }
-            (listener, path, true)
-        }
-        None => {
-            let listener = server::bind(&socket, config.server.socket_mode)?;
-            bound = server::socket::identity(&socket);
-            (listener, Some(socket.clone()), false)
-        }
-    };
-    tracing::info!(
-        socket = %served.as_deref().unwrap_or(&socket).display(),
-        socket_activated = is_activated,
-        rules = config.rules.len(),
-        "ratelimitd serving"
-    );
+    let (listener, socket) = Socket::open(&config, activated)?;
     let status = Arc::new(systemd::Status::new(
         config.redis.mode,
-        served.as_deref(),
-        is_activated,
+        socket.served.as_deref(),
+        socket.activated,
         config.rules.len(),
         circuit,
     ));
@@ -148,16 +119,11 @@ async fn serve(
     };
     let signals = tokio::spawn(signals::handle(signals, reloader, shutdown.clone()));
     let limits = ConnectionLimits::from(&config.server);
-    let serving = server::serve(listener, limiter, limits, shutdown.clone());
-    tokio::pin!(serving);
-    tokio::select! {
-        () = &mut serving => {}
-        () = shutdown.cancelled() => {
-            if tokio::time::timeout(SHUTDOWN_GRACE, &mut serving).await.is_err() {
-                tracing::warn!("connections still open after {SHUTDOWN_GRACE:?}; closing them");
-            }
-        }
-    }
+    serve_until_stopped(
+        server::serve(listener, limiter, limits, shutdown.clone()),
+        &shutdown,
+    )
+    .await;
     signals.abort();
     if let Some((_, server)) = envoy {
         // Its calls in flight finish (bounded by redis.timeout_ms), then it removes its
@@ -173,9 +139,104 @@ async fn serve(
     if let Some(heartbeat) = heartbeat {
         heartbeat.abort();
     }
-    // A socket passed by systemd is systemd's: it stays, listening for the next start.
-    if !is_activated {
-        match server::socket::remove_if_ours(&socket, bound) {
+    socket.remove();
+    tracing::info!("ratelimitd stopped");
+    Ok(())
+}
+
+/// Installs the metrics recorder and endpoint when `[metrics] listen` is set.
+fn start_metrics(config: &Config) -> Result<(), StartError> {
+    if let Some(listen) = config.metrics.listen {
+        metrics::install(listen, config.metrics.max_connections)?;
+        if !listen.ip().is_loopback() {
+            tracing::warn!(%listen, "metrics.listen is not a loopback address; the endpoint has no authentication");
+        }
+        tracing::info!(%listen, "serving Prometheus metrics");
+    }
+    Ok(())
+}
+
+/// Runs `serving` until it ends or `shutdown` is cancelled; then gives the open
+/// connections [`SHUTDOWN_GRACE`] to finish their replies.
+async fn serve_until_stopped(
+    serving: impl std::future::Future<Output = ()>,
+    shutdown: &CancellationToken,
+) {
+    tokio::pin!(serving);
+    tokio::select! {
+        () = &mut serving => {}
+        () = shutdown.cancelled() => {
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut serving).await.is_err() {
+                tracing::warn!("connections still open after {SHUTDOWN_GRACE:?}; closing them");
+            }
+        }
+    }
+}
+
+/// The socket the daemon serves: the one systemd passed, or `server.socket` bound here.
+struct Socket {
+    /// `server.socket`.
+    configured: PathBuf,
+    /// The path served (`None`: systemd passed a socket without one).
+    served: Option<PathBuf>,
+    /// Passed by systemd.
+    activated: bool,
+    /// The socket file this daemon created: only that one is removed at shutdown.
+    bound: Option<(u64, u64)>,
+}
+
+impl Socket {
+    /// The listener systemd passed (`activated`), else `server.socket` bound now.
+    fn open(
+        config: &Config,
+        activated: Option<(UnixListener, Option<PathBuf>)>,
+    ) -> Result<(UnixListener, Socket), StartError> {
+        let configured = config.server.socket.clone();
+        let (listener, socket) = match activated {
+            Some((listener, path)) => {
+                if path.as_deref() != Some(configured.as_path()) {
+                    tracing::warn!(
+                        configured = %configured.display(), passed = ?path,
+                        "server.socket differs from the socket systemd passed; serving the one systemd passed"
+                    );
+                }
+                let socket = Socket {
+                    configured,
+                    served: path,
+                    activated: true,
+                    bound: None,
+                };
+                (listener, socket)
+            }
+            None => {
+                let listener = server::bind(&configured, config.server.socket_mode)?;
+                let socket = Socket {
+                    bound: server::socket::identity(&configured),
+                    served: Some(configured.clone()),
+                    configured,
+                    activated: false,
+                };
+                (listener, socket)
+            }
+        };
+        tracing::info!(
+            socket = %socket.served.as_deref().unwrap_or(&socket.configured).display(),
+            socket_activated = socket.activated,
+            rules = config.rules.len(),
+            "ratelimitd serving"
+        );
+        Ok((listener, socket))
+    }
+
+    /// Removes the socket file at shutdown if this daemon created it and it is still
+    /// there. A socket passed by systemd is systemd's: it stays, listening for the next
+    /// start.
+    fn remove(self) {
+        if self.activated {
+            return;
+        }
+        let socket = &self.configured;
+        match server::socket::remove_if_ours(socket, self.bound) {
             Ok(true) => {}
             Ok(false) => {
                 tracing::warn!(socket = %socket.display(), "the socket file was replaced or removed while serving; left as it is")
@@ -185,8 +246,6 @@ async fn serve(
             }
         }
     }
-    tracing::info!("ratelimitd stopped");
-    Ok(())
 }
 
 /// Raises `RLIMIT_NOFILE` to its hard limit and warns if the configured connections

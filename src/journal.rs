@@ -1,22 +1,26 @@
 //! Where the daemon's log goes. Under systemd, stderr is a stream the journal reads
 //! line by line at priority `info`, so `journalctl -p warning` would never show a Redis
 //! outage. When `JOURNAL_STREAM` says stderr is the journal, events are sent with the
-//! journal's native protocol instead: the level as `PRIORITY`, every field of the event
-//! as a journal field (`RULE=`, `REASON=`, `ERROR=`…), and a `MESSAGE` that still reads
-//! like the text log. Anywhere else: text on stderr, as before.
+//! journal's native protocol instead (`tracing-journald`: one datagram per entry to
+//! journald's socket, not connected, so a restarted journald gets the next one; a memfd
+//! for an entry too large for a datagram): the level as `PRIORITY`, every field of the
+//! event as a journal field (`RULE=`, `REASON=`, `ERROR=`…), and a `MESSAGE` that still
+//! reads like the text log ([`FieldsInMessage`]). Anywhere else: text on stderr.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::net::UnixDatagram;
-use tracing::field::{Field, Visit};
-use tracing::{Event, Level, Subscriber};
+use tracing::field::{Field, Value, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Subscriber};
+use tracing_journald::{Priority, PriorityMappings};
 use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-/// The journal's socket for native messages.
-const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
+/// The journal's `SYSLOG_IDENTIFIER` (`journalctl -t ratelimitd`).
+const SYSLOG_IDENTIFIER: &str = "ratelimitd";
 
 /// Installs the global subscriber: the journal when stderr is the journal and its
 /// socket takes a datagram, else text on stderr. `RUST_LOG` filters both (default
@@ -24,7 +28,7 @@ const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
 pub fn init() {
     let filter =
         || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,fred=error"));
-    if let Some(journal) = JournalLayer::connect() {
+    if let Some(journal) = journal_layer() {
         tracing_subscriber::registry()
             .with(journal.with_filter(filter()))
             .init();
@@ -35,6 +39,31 @@ pub fn init() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+}
+
+/// The journal's layer, when stderr is the journal and its socket takes a datagram.
+fn journal_layer() -> Option<FieldsInMessage<tracing_journald::Layer>> {
+    if !stderr_is_journal() {
+        return None;
+    }
+    let layer = tracing_journald::layer()
+        .ok()?
+        .with_syslog_identifier(SYSLOG_IDENTIFIER.to_owned())
+        // Fields keep their own names (`RULE=`, not `F_RULE=`).
+        .with_field_prefix(None)
+        .with_priority_mappings(priorities());
+    Some(FieldsInMessage(layer))
+}
+
+/// syslog priorities (sd-daemon(3)): error 3, warning 4, info 6, debug and trace 7.
+fn priorities() -> PriorityMappings {
+    PriorityMappings {
+        error: Priority::Error,
+        warn: Priority::Warning,
+        info: Priority::Informational,
+        debug: Priority::Debug,
+        trace: Priority::Debug,
+    }
 }
 
 /// Whether stderr is the stream systemd connected to the journal: `JOURNAL_STREAM` is
@@ -64,144 +93,162 @@ pub fn eprint_error(text: &str) {
     let _ = std::io::stderr().write_all(out.as_bytes());
 }
 
-/// A `tracing` layer writing each event to the journal as one native-protocol datagram.
-struct JournalLayer {
-    socket: UnixDatagram,
-}
+/// A layer that hands each event on to `L` with its other fields appended to its
+/// message as ` name=value` (as the text log shows them), so that `journalctl`'s default
+/// view, which shows only `MESSAGE`, still shows why; the fields stay fields too. Spans
+/// are passed on as they are. An event without a message is passed on unchanged.
+pub struct FieldsInMessage<L>(pub L);
 
-impl JournalLayer {
-    fn connect() -> Option<Self> {
-        if !stderr_is_journal() {
-            return None;
+impl<S, L> Layer<S> for FieldsInMessage<L>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    L: Layer<S>,
+{
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        self.0.on_new_span(attrs, id, ctx);
+    }
+
+    fn on_record(&self, span: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        self.0.on_record(span, values, ctx);
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        let meta = event.metadata();
+        let fields = meta.fields();
+        let Some(message_field) = fields.field("message") else {
+            return self.0.on_event(event, ctx);
+        };
+        let mut texts = Texts::default();
+        event.record(&mut texts);
+        let mut message = String::new();
+        let mut others = String::new();
+        for (field, text) in &texts.0 {
+            if *field == message_field {
+                message.push_str(text);
+            } else {
+                let _ = write!(others, " {}={text}", field.name());
+            }
         }
-        let socket = UnixDatagram::unbound().ok()?;
-        socket.connect(JOURNAL_SOCKET).ok()?;
-        Some(JournalLayer { socket })
-    }
-}
-
-/// syslog priorities (sd-daemon(3)): error 3, warning 4, info 6, debug and trace 7.
-fn priority(level: &Level) -> u8 {
-    match *level {
-        Level::ERROR => 3,
-        Level::WARN => 4,
-        Level::INFO => 6,
-        _ => 7,
-    }
-}
-
-/// A journal field name from a tracing field name: upper case, `[A-Z0-9_]`, not
-/// starting with `_` or a digit (those are the journal's own).
-fn field_name(name: &str) -> String {
-    let mut out: String = name
-        .chars()
-        .map(|c| match c {
-            'a'..='z' => c.to_ascii_uppercase(),
-            'A'..='Z' | '0'..='9' => c,
-            _ => '_',
-        })
-        .collect();
-    if out.is_empty() || !out.starts_with(|c: char| c.is_ascii_uppercase()) {
-        out.insert(0, 'F');
-    }
-    out
-}
-
-/// Appends `NAME=value\n`, or the binary form when the value spans lines.
-fn append_field(buf: &mut Vec<u8>, name: &str, value: &str) {
-    buf.extend_from_slice(name.as_bytes());
-    if value.contains('\n') {
-        buf.push(b'\n');
-        buf.extend_from_slice(&(value.len() as u64).to_le_bytes());
-    } else {
-        buf.push(b'=');
-    }
-    buf.extend_from_slice(value.as_bytes());
-    buf.push(b'\n');
-}
-
-/// The event's message and its other fields, as text.
-#[derive(Default)]
-struct Fields {
-    message: String,
-    others: Vec<(&'static str, String)>,
-}
-
-impl Visit for Fields {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        if field.name() == "message" {
-            self.message = value.to_owned();
+        message.push_str(&others);
+        // The same fields, in their order, as text: the message replaced.
+        let values: Vec<Option<&dyn Value>> = fields
+            .iter()
+            .map(|field| {
+                if field == message_field {
+                    return Some(&message as &dyn Value);
+                }
+                texts
+                    .0
+                    .iter()
+                    .find(|(f, _)| *f == field)
+                    .map(|(_, text)| text as &dyn Value)
+            })
+            .collect();
+        let values = fields.value_set_all(&values);
+        let rewritten = if event.is_contextual() {
+            Event::new(meta, &values)
         } else {
-            self.others.push((field.name(), value.to_owned()));
-        }
+            Event::new_child_of(event.parent().cloned(), meta, &values)
+        };
+        self.0.on_event(&rewritten, ctx);
+    }
+}
+
+/// An event's fields as text, in the order recorded: strings as they are, anything else
+/// as its `Debug` (a `%value` field's `Display`).
+#[derive(Default)]
+struct Texts(Vec<(Field, String)>);
+
+impl Visit for Texts {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.push((field.clone(), value.to_owned()));
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            self.message = format!("{value:?}");
-        } else {
-            self.others.push((field.name(), format!("{value:?}")));
-        }
-    }
-}
-
-impl<S: Subscriber> Layer<S> for JournalLayer {
-    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
-        let meta = event.metadata();
-        let mut fields = Fields::default();
-        event.record(&mut fields);
-        // MESSAGE reads like the text log: the message, then key=value.
-        let mut message = fields.message.clone();
-        for (name, value) in &fields.others {
-            let _ = write!(message, " {name}={value}");
-        }
-        let mut buf = Vec::with_capacity(256);
-        append_field(&mut buf, "PRIORITY", &priority(meta.level()).to_string());
-        append_field(&mut buf, "SYSLOG_IDENTIFIER", "ratelimitd");
-        append_field(&mut buf, "MESSAGE", &message);
-        append_field(&mut buf, "TARGET", meta.target());
-        for (name, value) in &fields.others {
-            append_field(&mut buf, &field_name(name), value);
-        }
-        if self.socket.send(&buf).is_err() {
-            // Too large for a datagram, or the journal is gone: the stream still works,
-            // and `<N>` tells it the priority (sd-daemon(3)).
-            let line = format!("<{}>{message}\n", priority(meta.level()));
-            let _ = std::io::stderr().write_all(line.as_bytes());
-        }
+        self.0.push((field.clone(), format!("{value:?}")));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Mutex};
 
-    #[test]
-    fn field_names_are_journal_names() {
-        assert_eq!(field_name("rule"), "RULE");
-        assert_eq!(field_name("error.kind"), "ERROR_KIND");
-        assert_eq!(field_name("_private"), "F_PRIVATE");
-        assert_eq!(field_name("2x"), "F2X");
+    /// An event's fields as (name, text).
+    type Fields = Vec<(String, String)>;
+
+    /// Records each event's fields as text.
+    #[derive(Clone, Default)]
+    struct Capture(Arc<Mutex<Vec<Fields>>>);
+
+    impl<S: Subscriber> Layer<S> for Capture {
+        fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+            let mut texts = Texts::default();
+            event.record(&mut texts);
+            let fields = texts
+                .0
+                .into_iter()
+                .map(|(f, t)| (f.name().to_owned(), t))
+                .collect();
+            self.0.lock().unwrap().push(fields);
+        }
+    }
+
+    fn captured(log: impl FnOnce()) -> Vec<Fields> {
+        let capture = Capture::default();
+        let subscriber = tracing_subscriber::registry().with(FieldsInMessage(capture.clone()));
+        tracing::subscriber::with_default(subscriber, log);
+        let events = capture.0.lock().unwrap().clone();
+        events
+    }
+
+    fn pairs(items: &[(&str, &str)]) -> Fields {
+        items
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
-    fn multi_line_values_use_the_binary_form() {
-        let mut buf = Vec::new();
-        append_field(&mut buf, "MESSAGE", "a\nb");
-        let mut want = b"MESSAGE\n".to_vec();
-        want.extend_from_slice(&3u64.to_le_bytes());
-        want.extend_from_slice(b"a\nb\n");
-        assert_eq!(buf, want);
-        buf.clear();
-        append_field(&mut buf, "RULE", "api");
-        assert_eq!(buf, b"RULE=api\n");
+    fn the_message_carries_the_fields_and_the_fields_stay() {
+        let error = std::io::Error::other("boom");
+        let events = captured(|| {
+            tracing::warn!(rule = "api", error = %error, suppressed = 3u64, "Redis failed: {}", "now");
+            let span = tracing::info_span!("in_a_span", id = 7);
+            let _entered = span.enter();
+            tracing::info!("plain");
+            tracing::error!(reason = "a\nb", "");
+        });
+        assert_eq!(
+            events,
+            vec![
+                pairs(&[
+                    (
+                        "message",
+                        "Redis failed: now rule=api error=boom suppressed=3"
+                    ),
+                    ("rule", "api"),
+                    ("error", "boom"),
+                    ("suppressed", "3"),
+                ]),
+                pairs(&[("message", "plain")]),
+                pairs(&[("message", " reason=a\nb"), ("reason", "a\nb")]),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_event_without_a_message_is_passed_on_unchanged() {
+        let events = captured(|| tracing::info!(rule = "api"));
+        assert_eq!(events, vec![pairs(&[("rule", "api")])]);
     }
 
     #[test]
     fn levels_map_to_syslog_priorities() {
-        assert_eq!(priority(&Level::ERROR), 3);
-        assert_eq!(priority(&Level::WARN), 4);
-        assert_eq!(priority(&Level::INFO), 6);
-        assert_eq!(priority(&Level::TRACE), 7);
+        let p = priorities();
+        assert_eq!(
+            [p.error, p.warn, p.info, p.debug, p.trace].map(|p| p as u8),
+            [b'3', b'4', b'6', b'7', b'7']
+        );
     }
 }

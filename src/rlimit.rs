@@ -7,6 +7,7 @@
 //! (listening sockets, the runtime's epoll and eventfd, the log, systemd's notify socket)
 //! stays under [`BASE_FDS`].
 
+use rlimit::{getrlimit, setrlimit, Resource};
 use std::io;
 
 /// Descriptors the daemon needs besides its clients and metrics scrapers: listeners,
@@ -27,29 +28,13 @@ pub struct NoFile {
 /// # Errors
 /// `getrlimit` or `setrlimit` failed.
 pub fn raise_nofile() -> io::Result<NoFile> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let before = lim.rlim_cur;
-    if lim.rlim_cur < lim.rlim_max {
-        let raised = libc::rlimit {
-            rlim_cur: lim.rlim_max,
-            rlim_max: lim.rlim_max,
-        };
-        // SAFETY: setrlimit reads the struct we own.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        lim = raised;
+    let (before, hard) = getrlimit(Resource::NOFILE)?;
+    if before < hard {
+        setrlimit(Resource::NOFILE, hard, hard)?;
     }
     Ok(NoFile {
         before,
-        now: lim.rlim_cur,
+        now: before.max(hard),
     })
 }
 
@@ -65,13 +50,15 @@ mod tests {
     #[test]
     fn raising_reaches_the_hard_limit() {
         let n = raise_nofile().unwrap();
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: as above.
-        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
-        assert_eq!(n.now, lim.rlim_max);
+        let (soft, hard) = getrlimit(Resource::NOFILE).unwrap();
+        assert_eq!(n.now, hard);
+        assert_eq!(soft, hard);
         assert!(n.now >= n.before);
+    }
+
+    #[test]
+    fn the_budget_counts_clients_scrapers_and_the_base() {
+        assert_eq!(needed(1000, 4), 1000 + 4 + BASE_FDS);
+        assert_eq!(needed(0, 0), BASE_FDS);
     }
 }

@@ -176,3 +176,109 @@ fn redis_latency_errors_and_circuit() {
     redis.restart();
     wait_for(port, "ratelimitd_circuit_open", &[], |v| v == 0.0);
 }
+
+/// Sends `request` on a new connection to the endpoint and reads until it is closed:
+/// the whole answer and how long the endpoint took to close the connection.
+fn exchange(port: u16, request: &[u8]) -> (String, Duration) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics listener");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let start = std::time::Instant::now();
+    s.write_all(request).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out)
+        .expect("the endpoint closes the connection");
+    (String::from_utf8_lossy(&out).into_owned(), start.elapsed())
+}
+
+/// The value of header `name` (case-insensitive) in an HTTP answer's head.
+fn header<'a>(answer: &'a str, name: &str) -> Option<&'a str> {
+    let head = answer.split("\r\n\r\n").next()?;
+    head.lines().skip(1).find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+#[test]
+fn http_get_head_other_methods_and_oversized_heads() {
+    let port = free_port();
+    let _d = Daemon::start(&format!(
+        "[redis]\nmode = \"none\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n{RULES}"
+    ));
+    // GET, any path: the metrics, then the connection is closed.
+    for path in ["/metrics", "/", "/anything"] {
+        let (a, _) = exchange(
+            port,
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+        );
+        assert!(a.starts_with("HTTP/1.1 200 OK\r\n"), "{path}: {a}");
+        assert_eq!(
+            header(&a, "content-type"),
+            Some("text/plain; version=0.0.4; charset=utf-8")
+        );
+        assert_eq!(header(&a, "connection"), Some("close"), "{a}");
+        let body = a.split_once("\r\n\r\n").unwrap().1;
+        assert_eq!(
+            header(&a, "content-length"),
+            Some(body.len().to_string().as_str())
+        );
+        assert!(body.contains("ratelimitd_circuit_open 0"), "{a}");
+    }
+    // HEAD: the head alone.
+    let (a, _) = exchange(port, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(a.starts_with("HTTP/1.1 200 OK\r\n"), "{a}");
+    assert_eq!(a.split_once("\r\n\r\n").unwrap().1, "", "{a}");
+    // Another method: 405, no body.
+    let (a, _) = exchange(
+        port,
+        b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+    );
+    assert!(a.starts_with("HTTP/1.1 405 "), "{a}");
+    assert_eq!(header(&a, "content-length"), Some("0"), "{a}");
+    // A head over 8 KiB: 431, at once.
+    let big = format!(
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\n\r\n",
+        "a".repeat(9000)
+    );
+    let (a, took) = exchange(port, big.as_bytes());
+    assert!(a.starts_with("HTTP/1.1 431 "), "{a}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    // A request an HTTP/1.1 parser refuses: 400, closed.
+    let (a, _) = exchange(port, b"NOT HTTP\r\n\r\n");
+    assert!(a.starts_with("HTTP/1.1 400 "), "{a}");
+}
+
+#[test]
+fn a_silent_scraper_holds_the_only_slot_for_the_request_timeout_at_most() {
+    use std::io::{Read, Write};
+    let port = free_port();
+    let _d = Daemon::start(&format!(
+        "[redis]\nmode = \"none\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\nmax_connections = 1\n{RULES}"
+    ));
+    scrape(port);
+    // One client sends half a head and then nothing: it holds the only slot.
+    let mut silent = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let start = std::time::Instant::now();
+    silent.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // A scraper behind it waits in the listen queue until the silent one is closed,
+    // 5 s (REQUEST_TIMEOUT) after it was accepted.
+    let (a, _) = exchange(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    let waited = start.elapsed();
+    assert!(a.starts_with("HTTP/1.1 200"), "{a}");
+    assert!(
+        waited >= Duration::from_millis(4500) && waited < Duration::from_secs(8),
+        "the second scraper was answered after {waited:?}"
+    );
+    let mut rest = Vec::new();
+    let closed = silent.read_to_end(&mut rest);
+    assert!(
+        closed.is_ok(),
+        "the silent connection was not closed: {closed:?}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(8));
+}

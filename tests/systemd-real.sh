@@ -7,8 +7,9 @@
 # socket's owner and mode (before and after the first activation, after restarts and
 # a reboot), CHECKs as an unprivileged member of ratelimitd-clients answered from
 # Redis, restart, reload with a good and a bad config, the watchdog, a Redis outage in
-# `journalctl -p warning`, the `systemd-analyze security` exposure bound, stop, remove,
-# purge and install again.
+# `journalctl -p warning`, log lines still reaching the journal after journald
+# restarts, the `systemd-analyze security` exposure bound, stop, remove, purge and
+# install again.
 #
 # Without a .deb argument it runs `cargo deb --fast` (a release build). RLD_BIN=<path>
 # packages that binary instead (`cargo deb --no-build`, no compilation).
@@ -307,6 +308,28 @@ fi
 X systemctl start redis-server
 until_ok 5 answers_from api redis >/dev/null && ok back-to-redis-after-outage ||
   bad back-to-redis-after-outage "$(answers_from api redis)"
+
+# --- journald restarted: the daemon's next lines still reach the journal -------------
+# Each entry is a datagram sent to journald's socket by address (no connection to
+# lose), so the restarted journald gets the next one, fields and all.
+pid=$(main_pid)
+jpid=$(X systemctl show -p MainPID --value systemd-journald)
+check restart-journald X systemctl restart systemd-journald
+[ "$(X systemctl show -p MainPID --value systemd-journald)" != "$jpid" ] ||
+  bad restart-journald "systemd-journald kept MainPID $jpid"
+since=$(X date '+%Y-%m-%d %H:%M:%S')
+check reload-after-journald-restart X systemctl reload ratelimitd
+reload_in_journal() {
+  local out
+  out=$(X journalctl -u ratelimitd --since "$since" --no-pager -o verbose) &&
+    grep -q '^ *MESSAGE=SIGHUP: configuration reloaded' <<<"$out" &&
+    grep -q '^ *SYSLOG_IDENTIFIER=ratelimitd$' <<<"$out" && grep -q '^ *RULES=' <<<"$out"
+}
+if until_ok 5 reload_in_journal && [ "$(main_pid)" = "$pid" ]; then
+  ok journal-gets-lines-after-journald-restart
+else
+  bad journal-gets-lines-after-journald-restart "no reload entry with its fields since $since: $(X journalctl -u ratelimitd --since "$since" --no-pager -q | tail -3 | tr '\n' ' ')"
+fi
 
 # --- Hardening ------------------------------------------------------------------------
 exposure=$(X systemd-analyze security ratelimitd.service 2>/dev/null | sed -n 's/.*Overall exposure level for ratelimitd.service: \([0-9.]*\).*/\1/p')

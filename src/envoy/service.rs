@@ -21,6 +21,7 @@ use crate::clock::BatchClock;
 use crate::config::{OnRedisFailure, Rule};
 use crate::limiter::{Check, Detached, Limiter};
 use arc_swap::ArcSwap;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use std::collections::HashMap;
@@ -194,33 +195,11 @@ impl Rls {
             ));
         }
         let active = self.active.load_full();
-        let mut found = Vec::with_capacity(req.descriptors.len());
-        for d in &req.descriptors {
-            let entries: Vec<(&str, &str)> = d
-                .entries
-                .iter()
-                .map(|e| (e.key.as_str(), e.value.as_str()))
-                .collect();
-            let mut f = active
-                .limits
-                .find(&req.domain, &entries)
-                .map(|(l, key)| (Arc::clone(l), key, None));
-            // A `limit` Envoy sent replaces the configured one, in a configured domain.
-            if let Some(o) = d
-                .limit
-                .as_ref()
-                .filter(|_| active.limits.domains.contains_key(&req.domain))
-            {
-                if let Some(o) = active.override_for(&req.domain, o.requests_per_unit, o.unit) {
-                    f = Some((
-                        Arc::clone(&o.limit),
-                        super::limits::descriptor_key(entries.iter().copied()),
-                        Some(o),
-                    ));
-                }
-            }
-            found.push(f);
-        }
+        let found: Vec<Found> = req
+            .descriptors
+            .iter()
+            .map(|d| active.find(&req.domain, d))
+            .collect();
         // `replaces`: a limit named by another matched limit is not evaluated.
         let replaced: Vec<&str> = found
             .iter()
@@ -241,90 +220,101 @@ impl Rls {
             let hits = d
                 .hits_addend
                 .map_or(u64::from(req.hits_addend.max(1)), |h| h.value);
-            let limit = Arc::clone(limit);
-            let p = match &limit.decider {
-                Decider::Unlimited => Pending::Done(
-                    status(Code::Ok, None, u32::MAX, 0),
-                    Some((Arc::clone(&limit), Outcome::Unlimited)),
-                ),
-                Decider::Never => {
-                    let s = limit.unit.map_or(1, |u| u.seconds()) * 1000;
-                    let now_ms = (crate::clock::wall_clock_us() / 1000.0) as u64;
-                    let st = status(Code::OverLimit, Some(&limit), 0, s - now_ms % s);
-                    Pending::Done(st, Some((Arc::clone(&limit), Outcome::OverLimit)))
-                }
-                Decider::Rule(rule) => {
-                    let never = hits > rule.limit();
-                    let cost = if never { 0 } else { hits as u32 };
-                    let detached = match over {
-                        Some(o) => o.rule.as_ref(),
-                        None => active.rules[limit.id].as_ref(),
-                    };
-                    let Some(detached) = detached else {
-                        unreachable!("every rule limit has its detached rule");
-                    };
-                    let check = self.limiter.check_detached(
-                        detached,
-                        key.as_bytes(),
-                        cost,
-                        &mut clock,
-                        &self.peer,
-                    );
-                    Pending::Check(check, Arc::clone(&limit), never)
-                }
-            };
-            pending.push(p);
+            pending.push(self.start(&active, limit, key, over.as_ref(), hits, &mut clock));
         }
-        let statuses = futures::future::join_all(pending.into_iter().map(|p| async move {
-            match p {
-                Pending::Done(st, outcome) => Ok((st, outcome)),
-                Pending::Check(check, limit, never) => {
-                    let decided = match check {
-                        Check::Ready(Ok(d)) => d,
-                        Check::Redis(fut) => fut.await,
-                        // Detached rules skip access lists, take no cost above
-                        // their limit (`never`), get keys that fit (shortened), and
-                        // are decided without Redis when no Redis slot is free.
-                        Check::Ready(Err(e)) => {
-                            unreachable!("a detached rule was refused: {e}")
-                        }
-                    };
-                    let d = decided.decision;
-                    let over = never || !d.allowed;
-                    let remaining = if over {
-                        0
-                    } else {
-                        d.remaining.min(u64::from(u32::MAX)) as u32
-                    };
-                    let code = if over && !limit.shadow_mode {
-                        Code::OverLimit
-                    } else {
-                        Code::Ok
-                    };
-                    let outcome = match (over, limit.shadow_mode) {
-                        (false, _) => Outcome::Ok,
-                        (true, false) => Outcome::OverLimit,
-                        (true, true) => Outcome::ShadowOverLimit,
-                    };
-                    Ok((
-                        status(code, Some(&limit), remaining, d.reset_ms),
-                        Some((limit, outcome)),
-                    ))
-                }
+        let decided = futures::future::join_all(pending.into_iter().map(Pending::settle)).await;
+        Ok(active.respond(decided))
+    }
+
+    /// Starts deciding `hits` units of `key` under `limit` (the limit of override
+    /// `over` if Envoy sent one), or answers at once when the limit needs no limiter.
+    fn start(
+        &self,
+        active: &Active,
+        limit: &Arc<Limit>,
+        key: &str,
+        over: Option<&Arc<Override>>,
+        hits: u64,
+        clock: &mut BatchClock,
+    ) -> Pending {
+        let limit = Arc::clone(limit);
+        match &limit.decider {
+            Decider::Unlimited => Pending::Done(
+                status(Code::Ok, None, u32::MAX, 0),
+                Some((Arc::clone(&limit), Outcome::Unlimited)),
+            ),
+            Decider::Never => {
+                let s = limit.unit.map_or(1, |u| u.seconds()) * 1000;
+                let now_ms = (crate::clock::wall_clock_us() / 1000.0) as u64;
+                let st = status(Code::OverLimit, Some(&limit), 0, s - now_ms % s);
+                Pending::Done(st, Some((Arc::clone(&limit), Outcome::OverLimit)))
             }
-        }))
-        .await;
+            Decider::Rule(rule) => {
+                let never = hits > rule.limit();
+                let cost = if never { 0 } else { hits as u32 };
+                let detached = match over {
+                    Some(o) => o.rule.as_ref(),
+                    None => active.rules[limit.id].as_ref(),
+                };
+                let Some(detached) = detached else {
+                    unreachable!("every rule limit has its detached rule");
+                };
+                let check =
+                    self.limiter
+                        .check_detached(detached, key.as_bytes(), cost, clock, &self.peer);
+                Pending::Check(check, limit, never)
+            }
+        }
+    }
+}
+
+/// A descriptor's limit, the key it is decided under, and the override it comes from
+/// if Envoy sent one; `None`: no limit.
+type Found = Option<(Arc<Limit>, String, Option<Arc<Override>>)>;
+
+/// A descriptor's answer, and its limit and outcome for the metrics.
+type Answer = (DescriptorStatus, Option<(Arc<Limit>, Outcome)>);
+
+impl Active {
+    /// The limit of descriptor `d` in `domain`: the configured one, or the `limit` Envoy
+    /// sent with it, which replaces the configured one in a configured domain.
+    fn find(&self, domain: &str, d: &RateLimitDescriptor) -> Found {
+        let entries: Vec<(&str, &str)> = d
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+            .collect();
+        let found = self
+            .limits
+            .find(domain, &entries)
+            .map(|(l, key)| (Arc::clone(l), key, None));
+        let sent = d
+            .limit
+            .as_ref()
+            .filter(|_| self.limits.domains.contains_key(domain));
+        match sent.and_then(|o| self.override_for(domain, o.requests_per_unit, o.unit)) {
+            Some(o) => Some((
+                Arc::clone(&o.limit),
+                super::limits::descriptor_key(entries.iter().copied()),
+                Some(o),
+            )),
+            None => found,
+        }
+    }
+
+    /// The response to the descriptors' answers, in their order: `OVER_LIMIT` if any
+    /// is, each outcome counted on its limit's series.
+    fn respond(&self, answers: Vec<Answer>) -> RateLimitResponse {
         let mut response = RateLimitResponse {
             overall_code: Code::Ok as i32,
             ..Default::default()
         };
-        let mut windows = Vec::with_capacity(statuses.len());
-        for s in statuses {
-            let (st, outcome) = s?;
+        let mut windows = Vec::with_capacity(answers.len());
+        for (st, outcome) in answers {
             windows.push(outcome.as_ref().map_or(0, |(l, _)| l.window_ms));
             // Overrides (id usize::MAX) have no series of their own.
             if let Some((c, outcome)) =
-                outcome.and_then(|(l, o)| Some((active.counters.get(l.id)?, o)))
+                outcome.and_then(|(l, o)| Some((self.counters.get(l.id)?, o)))
             {
                 c.record(outcome);
             }
@@ -333,9 +323,48 @@ impl Rls {
             }
             response.statuses.push(st);
         }
-        if active.limits.ietf_headers {
+        if self.limits.ietf_headers {
             response.response_headers_to_add = ietf_headers(&response.statuses, &windows);
         }
-        Ok(response)
+        response
+    }
+}
+
+impl Pending {
+    /// The descriptor's answer: at once, or when the limiter has decided.
+    async fn settle(self) -> Answer {
+        let (check, limit, never) = match self {
+            Pending::Done(st, outcome) => return (st, outcome),
+            Pending::Check(check, limit, never) => (check, limit, never),
+        };
+        let decided = match check {
+            Check::Ready(Ok(d)) => d,
+            Check::Redis(fut) => fut.await,
+            // Detached rules skip access lists, take no cost above their limit
+            // (`never`), get keys that fit (shortened), and are decided without Redis
+            // when no Redis slot is free.
+            Check::Ready(Err(e)) => unreachable!("a detached rule was refused: {e}"),
+        };
+        let d = decided.decision;
+        let over = never || !d.allowed;
+        let remaining = if over {
+            0
+        } else {
+            d.remaining.min(u64::from(u32::MAX)) as u32
+        };
+        let code = if over && !limit.shadow_mode {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        };
+        let outcome = match (over, limit.shadow_mode) {
+            (false, _) => Outcome::Ok,
+            (true, false) => Outcome::OverLimit,
+            (true, true) => Outcome::ShadowOverLimit,
+        };
+        (
+            status(code, Some(&limit), remaining, d.reset_ms),
+            Some((limit, outcome)),
+        )
     }
 }

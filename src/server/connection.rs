@@ -27,6 +27,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::ReadHalf;
 use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
 
@@ -114,129 +115,54 @@ pub async fn serve(
     let idle = tokio::time::sleep(limits.idle_timeout.unwrap_or(Duration::ZERO));
     tokio::pin!(idle);
     let (mut rd, mut wr) = stream.split();
-    let mut decoder = LineDecoder::new(limits.max_line_bytes);
-    let mut rbuf = BytesMut::with_capacity(4096);
-    // Bytes of `rbuf` already answered; dropped from its front before the next read.
-    let mut used = 0usize;
-    let mut wbuf = BytesMut::with_capacity(4096);
-    let mut pending: FuturesOrdered<Pending> = FuturesOrdered::new();
-    let mut eof = false;
-    let mut quit = false;
-    let mut stopping = false;
-    let mut drained = false;
-    let mut lines_this_turn = 0usize;
-    // Bytes of `rbuf` whose lines were walked for a prefetch, and searched for one.
-    let mut prefetched = 0usize;
-    let mut searched = 0usize;
+    let mut c = Session::new(&limiter, limits, &peer);
     loop {
-        if lines_this_turn >= LINES_PER_TURN {
-            lines_this_turn = 0;
+        if c.lines_this_turn >= LINES_PER_TURN {
+            c.lines_this_turn = 0;
             tokio::task::yield_now().await;
         }
-        // Turn buffered lines into requests, up to the in-flight bound; they are
-        // decided at one instant (one clock read).
-        let mut clock = BatchClock::default();
-        let mut at_bound = false;
-        if limiter.prefetches() {
-            (prefetched, searched) =
-                prefetch(&limiter, &rbuf, prefetched.max(used), searched.max(used));
-        }
-        while !quit {
-            if pending.len() >= limits.max_in_flight
-                || wbuf.len() >= MAX_WRITE_BATCH
-                || lines_this_turn >= LINES_PER_TURN
-            {
-                at_bound = true;
-                break;
-            }
-            let (n, found) = decoder.scan(&rbuf[used..], eof);
-            let at = used;
-            used += n;
-            if found.is_some() {
-                lines_this_turn += 1;
-            }
-            match found {
-                None => break,
-                Some(Found::TooLong) => {
-                    crate::metrics::error_reply(ErrorCode::TooLong);
-                    pending.push_back(Pending::Ready(Some(Reply::Error(ProtoError::new(
-                        ErrorCode::TooLong,
-                        format!(
-                            "line longer than server.max_line_bytes = {}",
-                            decoder.max_line_bytes()
-                        ),
-                    )))))
-                }
-                Some(Found::Line(line)) => {
-                    let line = &rbuf[at + line.start..at + line.end];
-                    let (reply, is_quit) = dispatch::handle_with(&limiter, line, &mut clock, &peer);
-                    match reply {
-                        // Nothing ahead of it: a ready reply goes straight out, in order,
-                        // without a task node in `pending`.
-                        Pending::Ready(Some(reply)) if pending.is_empty() => {
-                            reply.encode(&mut wbuf)
-                        }
-                        reply => pending.push_back(reply),
-                    }
-                    quit = is_quit;
-                }
-            }
-        }
-        // What was answered leaves the buffer (a pointer move: the bytes stay until
-        // the next read's `reserve` reuses the room).
-        if used > 0 {
-            bytes::Buf::advance(&mut rbuf, used);
-            prefetched = prefetched.saturating_sub(used);
-            searched = searched.saturating_sub(used);
-            used = 0;
-        }
+        let at_bound = c.decode();
+        c.drop_answered();
         // Collect every reply that is ready now, in order, into one write.
-        while let Some(Some(reply)) = pending.next().now_or_never() {
-            reply.encode(&mut wbuf);
+        while let Some(Some(reply)) = c.pending.next().now_or_never() {
+            reply.encode(&mut c.wbuf);
         }
-        if !wbuf.is_empty() {
-            write_within(&mut wr, &wbuf, limits.idle_timeout).await?;
-            wbuf.clear();
+        if !c.wbuf.is_empty() {
+            write_within(&mut wr, &c.wbuf, limits.idle_timeout).await?;
+            c.wbuf.clear();
         }
-        if at_bound && pending.len() < limits.max_in_flight {
+        let room = c.pending.len() < limits.max_in_flight;
+        if at_bound && room {
             // Decoding stopped at a bound and replies have made room (or were
             // written): lines may still be waiting in the buffer, decode them before
             // reading more.
             continue;
         }
-        if stopping && !drained && !eof && !quit && pending.len() < limits.max_in_flight {
-            // Shutting down: still answer what the client sent before it, i.e. what
-            // can be read without waiting; stop at the first read that would block.
-            rbuf.reserve(4096);
-            match rd.try_read_buf(&mut rbuf) {
-                Ok(0) => eof = true,
-                Ok(_) => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => drained = true,
-                Err(e) => return Err(e),
-            }
+        if c.stopping && !c.drained && !c.eof && !c.quit && room {
+            c.read_without_waiting(&rd)?;
             continue;
         }
-        let input_closed = eof || quit || drained;
-        if input_closed && pending.is_empty() {
+        let input_closed = c.eof || c.quit || c.drained;
+        if input_closed && c.pending.is_empty() {
             return Ok(());
         }
-        let can_read = !input_closed && !stopping && pending.len() < limits.max_in_flight;
+        let can_read = !input_closed && !c.stopping && room;
         if can_read {
-            rbuf.reserve(4096);
+            c.rbuf.reserve(4096);
         }
-        let watch_idle = limits.idle_timeout.is_some() && can_read && pending.is_empty();
+        let watch_idle = limits.idle_timeout.is_some() && can_read && c.pending.is_empty();
         // Biased, in this order: a reply or a read that is ready always wins over the
         // idle timer, so a busy connection is never closed as idle.
         tokio::select! {
             biased;
-            Some(reply) = pending.next(), if !pending.is_empty() => reply.encode(&mut wbuf),
-            read = rd.read_buf(&mut rbuf), if can_read => {
+            Some(reply) = c.pending.next(), if !c.pending.is_empty() => reply.encode(&mut c.wbuf),
+            read = rd.read_buf(&mut c.rbuf), if can_read => {
                 if read? == 0 {
-                    eof = true;
+                    c.eof = true;
                 }
                 last_read = tokio::time::Instant::now();
             }
-            _ = shutdown.cancelled(), if !stopping => stopping = true,
+            _ = shutdown.cancelled(), if !c.stopping => c.stopping = true,
             () = &mut idle, if watch_idle => {
                 // The timer is re-armed lazily: only when it fires is the last read checked.
                 let deadline = last_read + idle_limit;
@@ -248,6 +174,131 @@ pub async fn serve(
             }
             else => return Ok(()),
         }
+    }
+}
+
+/// A connection's buffers, its requests being decided, and where its input stands.
+struct Session<'a> {
+    limiter: &'a Arc<Limiter>,
+    limits: &'a ConnectionLimits,
+    peer: &'a Peer,
+    decoder: LineDecoder,
+    rbuf: BytesMut,
+    /// Bytes of `rbuf` already answered; dropped from its front before the next read.
+    used: usize,
+    wbuf: BytesMut,
+    pending: FuturesOrdered<Pending>,
+    eof: bool,
+    quit: bool,
+    stopping: bool,
+    drained: bool,
+    lines_this_turn: usize,
+    /// Bytes of `rbuf` whose lines were walked for a prefetch, and searched for one.
+    prefetched: usize,
+    searched: usize,
+}
+
+impl<'a> Session<'a> {
+    fn new(limiter: &'a Arc<Limiter>, limits: &'a ConnectionLimits, peer: &'a Peer) -> Self {
+        Session {
+            limiter,
+            limits,
+            peer,
+            decoder: LineDecoder::new(limits.max_line_bytes),
+            rbuf: BytesMut::with_capacity(4096),
+            used: 0,
+            wbuf: BytesMut::with_capacity(4096),
+            pending: FuturesOrdered::new(),
+            eof: false,
+            quit: false,
+            stopping: false,
+            drained: false,
+            lines_this_turn: 0,
+            prefetched: 0,
+            searched: 0,
+        }
+    }
+
+    /// Turns buffered lines into requests, up to the in-flight bound; they are decided
+    /// at one instant (one clock read). True when it stopped at a bound (requests in
+    /// flight, replies not written, lines this turn) rather than for want of a line.
+    fn decode(&mut self) -> bool {
+        let mut clock = BatchClock::default();
+        if self.limiter.prefetches() {
+            (self.prefetched, self.searched) = prefetch(
+                self.limiter,
+                &self.rbuf,
+                self.prefetched.max(self.used),
+                self.searched.max(self.used),
+            );
+        }
+        while !self.quit {
+            if self.pending.len() >= self.limits.max_in_flight
+                || self.wbuf.len() >= MAX_WRITE_BATCH
+                || self.lines_this_turn >= LINES_PER_TURN
+            {
+                return true;
+            }
+            let (n, found) = self.decoder.scan(&self.rbuf[self.used..], self.eof);
+            let at = self.used;
+            self.used += n;
+            let Some(found) = found else {
+                break;
+            };
+            self.lines_this_turn += 1;
+            match found {
+                Found::TooLong => {
+                    crate::metrics::error_reply(ErrorCode::TooLong);
+                    self.pending
+                        .push_back(Pending::Ready(Some(Reply::Error(ProtoError::new(
+                            ErrorCode::TooLong,
+                            format!(
+                                "line longer than server.max_line_bytes = {}",
+                                self.decoder.max_line_bytes()
+                            ),
+                        )))))
+                }
+                Found::Line(line) => {
+                    let line = &self.rbuf[at + line.start..at + line.end];
+                    let (reply, is_quit) =
+                        dispatch::handle_with(self.limiter, line, &mut clock, self.peer);
+                    match reply {
+                        // Nothing ahead of it: a ready reply goes straight out, in order,
+                        // without a task node in `pending`.
+                        Pending::Ready(Some(reply)) if self.pending.is_empty() => {
+                            reply.encode(&mut self.wbuf)
+                        }
+                        reply => self.pending.push_back(reply),
+                    }
+                    self.quit = is_quit;
+                }
+            }
+        }
+        false
+    }
+
+    /// What was answered leaves the buffer (a pointer move: the bytes stay until the
+    /// next read's `reserve` reuses the room).
+    fn drop_answered(&mut self) {
+        if self.used > 0 {
+            bytes::Buf::advance(&mut self.rbuf, self.used);
+            self.prefetched = self.prefetched.saturating_sub(self.used);
+            self.searched = self.searched.saturating_sub(self.used);
+            self.used = 0;
+        }
+    }
+
+    /// Shutting down: still answer what the client sent before it, i.e. what can be
+    /// read without waiting; the first read that would block ends the input.
+    fn read_without_waiting(&mut self, rd: &ReadHalf<'_>) -> io::Result<()> {
+        self.rbuf.reserve(4096);
+        match rd.try_read_buf(&mut self.rbuf) {
+            Ok(0) => self.eof = true,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.drained = true,
+            Err(e) => return Err(e),
+        }
+        Ok(())
     }
 }
 
