@@ -327,8 +327,20 @@ async fn start_heartbeat(
             );
         }
     }
+    Some(keep_beating(beat, saved, redis, circuit, limiter))
+}
+
+/// Beats every [`HEARTBEAT_EVERY`] while the circuit is closed, puts each count heard in
+/// force (saved for the next start) and logs each change.
+fn keep_beating(
+    beat: Heartbeat,
+    mut saved: SavedHosts,
+    redis: &Arc<RedisStore>,
+    circuit: &Arc<Circuit>,
+    limiter: &Arc<Limiter>,
+) -> tokio::task::JoinHandle<()> {
     let (redis, circuit, limiter) = (Arc::clone(redis), Arc::clone(circuit), Arc::clone(limiter));
-    Some(tokio::spawn(async move {
+    tokio::spawn(async move {
         let mut every = tokio::time::interval(HEARTBEAT_EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -351,7 +363,7 @@ async fn start_heartbeat(
                 );
             }
         }
-    }))
+    })
 }
 
 /// A heartbeat waits at most this long for Redis.

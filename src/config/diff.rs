@@ -11,7 +11,31 @@ use super::{Config, FallbackConfig};
 pub fn needs_restart(current: &Config, new: &Config) -> Vec<&'static str> {
     let (s, n, r, m) = (&current.server, &new.server, &current.redis, &new.redis);
     let mut reported: Vec<&'static str> = Vec::new();
-    for (changed, what) in [
+    for (changed, what) in restart_fields(current, new)
+        .into_iter()
+        // A field without a line of its own is still reported, by its section.
+        .chain([
+            (n != s, "[server]"),
+            (m != r, "[redis]"),
+            (new.cache != current.cache, "[cache]"),
+        ])
+    {
+        fn section(f: &str) -> &str {
+            f.trim_matches(['[', ']']).split('.').next().unwrap_or("")
+        }
+        let already = what.starts_with('[') && reported.iter().any(|f| section(f) == section(what));
+        if changed && !already {
+            reported.push(what);
+        }
+    }
+    reported
+}
+
+/// Each field that only a restart applies, with whether it differs between `current`
+/// and `new`.
+fn restart_fields(current: &Config, new: &Config) -> Vec<(bool, &'static str)> {
+    let (s, n, r, m) = (&current.server, &new.server, &current.redis, &new.redis);
+    vec![
         (n.socket != s.socket, "server.socket"),
         (n.socket_mode != s.socket_mode, "server.socket_mode"),
         (
@@ -76,22 +100,6 @@ pub fn needs_restart(current: &Config, new: &Config) -> Vec<&'static str> {
         ),
         (new.envoy.listen != current.envoy.listen, "envoy.listen"),
     ]
-    .into_iter()
-    // A field without a line above is still reported, by its section.
-    .chain([
-        (n != s, "[server]"),
-        (m != r, "[redis]"),
-        (new.cache != current.cache, "[cache]"),
-    ]) {
-        fn section(f: &str) -> &str {
-            f.trim_matches(['[', ']']).split('.').next().unwrap_or("")
-        }
-        let already = what.starts_with('[') && reported.iter().any(|f| section(f) == section(what));
-        if changed && !already {
-            reported.push(what);
-        }
-    }
-    reported
 }
 
 /// Why a reload from `current` to `new` must be refused, if it must: a rule whose

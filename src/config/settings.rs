@@ -337,6 +337,34 @@ impl RedisConfig {
                  systemd credential redis-password)",
             ));
         }
+        self.validate_tls_and_names(&field)?;
+        self.validate_sentinel(&field)?;
+        match self.mode {
+            RedisMode::None | RedisMode::Sentinel => {}
+            RedisMode::Cluster | RedisMode::Standalone if nodes.get_ref().is_empty() => {
+                return Err(invalid(
+                    "list at least one \"host:port\" when redis.mode is cluster or standalone",
+                ))
+            }
+            RedisMode::Standalone if nodes.get_ref().len() > 1 => {
+                return Err(invalid("standalone mode takes exactly one \"host:port\""))
+            }
+            _ => {}
+        }
+        for node in nodes.get_ref() {
+            if parse_node(node).is_none() {
+                return Err(invalid(&format!("'{node}' is not \"host:port\"")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The TLS files only with `tls`, a client certificate with its key, and names
+    /// (users, service, server name) without spaces. `field` makes the error.
+    fn validate_tls_and_names(
+        &self,
+        field: &dyn Fn(&str, &str) -> ConfigError,
+    ) -> Result<(), ConfigError> {
         if !self.tls {
             for (name, set) in [
                 ("redis.tls_ca_file", self.tls_ca_file.is_some()),
@@ -368,6 +396,14 @@ impl RedisConfig {
                 return Err(field(name, "must be a non-empty name without spaces"));
             }
         }
+        Ok(())
+    }
+
+    /// `sentinels` and `service_name` with `mode = "sentinel"`, and only then.
+    fn validate_sentinel(
+        &self,
+        field: &dyn Fn(&str, &str) -> ConfigError,
+    ) -> Result<(), ConfigError> {
         if self.mode == RedisMode::Sentinel {
             if self.sentinels.is_empty() {
                 return Err(field(
@@ -392,23 +428,6 @@ impl RedisConfig {
                 "redis.sentinels",
                 "sentinels and service_name take effect only with redis.mode = \"sentinel\"",
             ));
-        }
-        match self.mode {
-            RedisMode::None | RedisMode::Sentinel => {}
-            RedisMode::Cluster | RedisMode::Standalone if nodes.get_ref().is_empty() => {
-                return Err(invalid(
-                    "list at least one \"host:port\" when redis.mode is cluster or standalone",
-                ))
-            }
-            RedisMode::Standalone if nodes.get_ref().len() > 1 => {
-                return Err(invalid("standalone mode takes exactly one \"host:port\""))
-            }
-            _ => {}
-        }
-        for node in nodes.get_ref() {
-            if parse_node(node).is_none() {
-                return Err(invalid(&format!("'{node}' is not \"host:port\"")));
-            }
         }
         Ok(())
     }
