@@ -105,15 +105,16 @@ go_bin=$(bash clients/go/find_go.sh) || { log "no Go >= 1.21 after install (the 
 log "using $("$go_bin" version) ($go_bin)"
 log "using $(redis-server --version | head -n1)"
 
-# Unit, property and integration tests (tests/*.rs start their own Redis
-# servers). The output is kept to print one total at the end.
+# Unit, property and integration tests (tests/it/, tests/serial/ and tests/*.rs start
+# their own Redis servers), and the tools' self-tests (--workspace: tools/ too). The
+# output is kept to print one total at the end.
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 # --no-fail-fast: one failing test binary does not hide the results of the others,
 # and the suites below still run; a failed cargo run with no failed test counted (a
 # build error, a crashed binary) counts as one failure.
 cargo_rc=0
-cargo test --all-targets --no-fail-fast "$@" 2>&1 | tee "$out" || cargo_rc=1
+cargo test --workspace --all-targets --no-fail-fast "$@" 2>&1 | tee "$out" || cargo_rc=1
 totals=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
               END { printf "%d %d", p, f }' "$out")
 read -r passed failed <<<"$totals"

@@ -8,8 +8,8 @@
 //! ACL user (`tests/secure_redis`). Also measures Redis memory per key (`MEMORY USAGE`)
 //! for docs/ALGORITHMS.md.
 
-mod common;
-mod secure_redis;
+use crate::common;
+use crate::secure_redis;
 
 use common::*;
 use secure_redis::{connect_in_redis, Flavor, TestCluster};

@@ -4,7 +4,7 @@
 //! batch stay in Redis, a flushed script cache is reloaded for a batch, and a frozen
 //! Redis under batched load is answered locally within `timeout_ms`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::collections::HashMap;

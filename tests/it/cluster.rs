@@ -6,8 +6,8 @@
 //! (`tests/secure_redis`), which must then have refused the daemon nothing. Slots that
 //! move: `tests/cluster_slots.rs`; one standalone Redis: `tests/standalone.rs`.
 
-mod common;
-mod secure_redis;
+use crate::common;
+use crate::secure_redis;
 
 use common::*;
 use secure_redis::{connect_in_redis, Flavor, TestCluster};

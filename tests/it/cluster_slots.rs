@@ -5,8 +5,8 @@
 //! (`tests/secure_redis`): the daemon follows the new owner (learnt from `CLUSTER SLOTS`,
 //! which over TLS names the nodes' TLS ports) and keeps the key's state.
 
-mod common;
-mod secure_redis;
+use crate::common;
+use crate::secure_redis;
 
 use common::*;
 use secure_redis::{connect_in_redis, Flavor, TestCluster, ADMIN_PASSWORD, ADMIN_USER};

@@ -3,7 +3,7 @@
 //! per line, in order, each the one the protocol prescribes, and the daemon still
 //! serving afterwards.
 
-mod common;
+use crate::common;
 
 use common::*;
 use rand::rngs::SmallRng;

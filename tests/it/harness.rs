@@ -1,6 +1,6 @@
 //! Tests of the integration-test harness itself (tests/common); no daemon.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;

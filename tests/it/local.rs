@@ -2,7 +2,7 @@
 //! protocol's every error, exact local limits, ordering, the socket's life cycle and
 //! config errors. Real binary, real Unix socket.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::os::unix::fs::PermissionsExt;

@@ -3,7 +3,7 @@
 //! errors, the circuit gauge and transitions, cache and local sizes, open connections,
 //! reloads.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! followed). Real binary, real Unix socket, `redis.mode = "none"`; the tests that need
 //! a peer with another uid run `socat` as nobody (65534) and need root.
 
-mod common;
+use crate::common;
 
 use common::*;
 use ratelimitd::config::Config;

@@ -3,8 +3,8 @@
 //! and Sentinel failing over under load. Real servers on loopback; the CA is made at run
 //! time. (Redis refusing the daemon, and the fix by a reload: `tests/redis_refusals.rs`.)
 
-mod common;
-mod secure_redis;
+use crate::common;
+use crate::secure_redis;
 
 use common::{daemon_bin, parse_reply, toml_str_array, toml_string, Client, Daemon};
 use secure_redis::{Pki, SentinelSet, TlsCluster, DAEMON_PASSWORD, SENTINEL_PASSWORD};

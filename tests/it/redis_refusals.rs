@@ -6,8 +6,8 @@
 //! the fix and a reload (SIGHUP), without a restart. A TLS-only Redis Cluster with
 //! client certificates and the documented ACL user (`tests/secure_redis`), on loopback.
 
-mod common;
-mod secure_redis;
+use crate::common;
+use crate::secure_redis;
 
 use common::{parse_reply, toml_str_array, toml_string, Client, Daemon};
 use secure_redis::{Pki, TlsCluster, DAEMON_PASSWORD};

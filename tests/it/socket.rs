@@ -3,7 +3,7 @@
 //! and a stalled client that must not delay others. Real binary, real Unix socket,
 //! `redis.mode = "none"`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use ratelimitd::config::Config;

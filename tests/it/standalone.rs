@@ -2,7 +2,7 @@
 //! (someone else's value where a bucket would be) that leaves the other keys in Redis, a
 //! `}` in a key, and Redis out of memory opening the circuit once and recovering.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //!
 //! Every bound is computed from the rule and the client's own timestamps.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::thread::sleep;

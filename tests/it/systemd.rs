@@ -4,7 +4,7 @@
 //! RELOADING, STOPPING) received on a datagram socket of the test's own set as
 //! `NOTIFY_SOCKET`; SIGHUP reload on an open connection. Real binary, real sockets.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::fs;

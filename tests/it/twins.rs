@@ -13,8 +13,8 @@
 //! by a dry run of the same request (the deny cache's refresh), which must reply the
 //! same and leave the state as it found it.
 
-mod common;
-mod reference;
+use crate::common;
+use crate::reference;
 
 use common::*;
 use proptest::prelude::*;
@@ -391,7 +391,7 @@ fn stored_numbers_keep_every_digit() {
     let script = format!(
         "{}\nreturn {{digits(5), digits(1700000000123456), digits(2.5), digits(3.5), \
          digits(33333333.4), digits(1e17), digits(1e21)}}",
-        include_str!("../lua/prelude.lua")
+        include_str!("../../lua/prelude.lua")
     );
     let reply = redis_command(&redis().addr(), &["EVAL", &script, "0"]).expect("EVAL");
     let texts: Vec<String> = match reply {

@@ -8,7 +8,7 @@
 //! old limits and names file and line); a Unix socket listener; malformed requests; on
 //! a Redis Cluster, one frozen primary sends only its keys to local decisions.
 
-mod common;
+use crate::common;
 
 use common::*;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
@@ -20,9 +20,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use std::time::{Duration, Instant};
 use tonic::transport::{Channel, Endpoint};
 
-/// The tests of this file run one at a time: one of them measures latency, which
-/// the others' daemons and Redis servers starting beside it would distort.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+// The tests of this file run one at a time, and beside no other test of this binary:
+// one of them measures latency, which the others' daemons and Redis servers starting
+// beside it would distort.
+use crate::ONE_AT_A_TIME as SERIAL;
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())

@@ -3,7 +3,7 @@
 //! reads its replies cannot grow the daemon's memory; the limits' fields are validated.
 //! Real binary, loopback only.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::io::{ErrorKind, Read, Write};
@@ -12,8 +12,9 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-/// The tests of this file measure descriptors and memory: one at a time.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+// The tests of this file measure descriptors and memory: one at a time, beside no other
+// test of this binary.
+use crate::ONE_AT_A_TIME;
 
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())

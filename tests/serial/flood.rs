@@ -10,7 +10,7 @@
 //! reported as skipped, with the figure and the load; it never passes silently (every
 //! run prints its figures, captured or not).
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::io::{Read, Write};
@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 const NOBODY: u32 = 65534;
 
-/// The flood measures time: one at a time.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+// The flood measures time: one at a time, beside no other test of this binary.
+use crate::ONE_AT_A_TIME;
 
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
@@ -325,6 +325,8 @@ fn a_uid_flooding_a_slow_redis_cannot_slow_down_another() {
 
 #[test]
 fn a_uid_beyond_its_share_gets_busy_and_keeps_its_connection() {
+    // Its daemon and Redis would disturb the other files' measurements beside it.
+    let _one = one_at_a_time();
     let redis = RedisStandalone::start();
     let d = Daemon::start(&flood_config(&redis.addr(), 4, 1));
     let mut c = d.connect();

@@ -10,8 +10,7 @@
 //! The sixth promise (cold keys keep their latency) is a benchmark: `benches/leases.sh`.
 //! The harness (daemons, load threads, tallies) is in `harness.rs`.
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 mod harness;
 
 use common::*;

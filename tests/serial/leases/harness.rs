@@ -16,7 +16,7 @@ pub struct Setup {
     _one_at_a_time: std::sync::MutexGuard<'static, ()>,
 }
 
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+use crate::ONE_AT_A_TIME;
 
 impl Setup {
     pub fn start(rules: &str) -> Setup {

@@ -3,9 +3,10 @@
 //! process each: `benches/memory.sh --structures` runs it once per case.
 //!
 //! ```text
-//! cargo bench --bench keymem -- local token_bucket 1000000
-//! cargo bench --bench keymem -- deny - 1000000
-//! cargo bench --bench keymem -- map quick_cache 1000000   # a candidate map alone
+//! cargo build --release -p ratelimitd-tools     # target/release/keymem
+//! target/release/keymem local token_bucket 1000000
+//! target/release/keymem deny - 1000000
+//! target/release/keymem map quick_cache 1000000   # a candidate map alone
 //! ```
 //!
 //! `map` measures the candidates for the local buckets with a 32-byte value (the size of
@@ -17,8 +18,8 @@
 //!
 //! It fills a map sized for KEYS with KEYS distinct keys (one decision or one cached
 //! DENY each), reads `VmRSS` before and after (`/proc/self/status`), then sends KEYS more
-//! new keys, each evicting one, and times them. Output: one JSON line.
-//! Run bare (as `cargo test --all-targets` does), it measures 10,000 keys of each kind.
+//! new keys, each evicting one, and times them. Output: one JSON line. Run bare (and
+//! under `cargo test`), it measures 10,000 keys of each kind.
 
 use ratelimitd::algorithm::{Algorithm, Kind, Per};
 use ratelimitd::cache::DenyCache;
@@ -232,11 +233,22 @@ fn main() {
         .collect();
     match args.as_slice() {
         [what, algorithm, n] => measure(what, algorithm, n.parse().expect("KEYS")),
-        _ => {
-            for kind in Kind::ALL {
-                measure("local", kind.as_str(), 10_000);
-            }
-            measure("deny", "-", 10_000);
-        }
+        _ => bare_run(),
+    }
+}
+
+/// The run with no arguments: 10,000 keys of each kind.
+fn bare_run() {
+    for kind in Kind::ALL {
+        measure("local", kind.as_str(), 10_000);
+    }
+    measure("deny", "-", 10_000);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bare_run() {
+        super::bare_run();
     }
 }

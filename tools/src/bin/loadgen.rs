@@ -10,9 +10,10 @@
 //! the end of the measured window are not counted.
 //!
 //! ```text
-//! cargo bench --bench loadgen -- --socket /tmp/redis.sock --conns 50 --depth 16 \
+//! cargo build --release -p ratelimitd-tools     # target/release/loadgen
+//! target/release/loadgen --socket /tmp/redis.sock --conns 50 --depth 16 \
 //!     --request 'PING\r\n' --expect +PONG --label redis-ping
-//! cargo bench --bench loadgen -- --socket /run/rl.sock --request 'CHECK api k{n}\n' \
+//! target/release/loadgen --socket /run/rl.sock --request 'CHECK api k{n}\n' \
 //!     --expect ALLOW
 //! ```
 //!
@@ -96,10 +97,10 @@ struct Args {
     /// Free text copied into the output.
     #[arg(long, default_value = "")]
     label: String,
-    /// Passed by `cargo bench`; ignored.
+    /// Passed by `cargo bench` (where this tool used to live); ignored.
     #[arg(long, hide = true)]
     bench: bool,
-    /// Run the built-in unit checks and exit (the bench has no test harness).
+    /// Run the built-in unit checks and exit (as a run with no arguments does).
     #[arg(long, hide = true)]
     self_test: bool,
 }
@@ -771,7 +772,7 @@ async fn run(args: Args) -> Result<bool, String> {
 }
 
 fn main() {
-    // `cargo test --all-targets` runs this bench with no arguments: run the self-test.
+    // With no arguments: the self-test (also a #[test] below, for `cargo test`).
     if std::env::args().len() == 1 {
         self_test();
         println!("loadgen self-test ok");
@@ -798,8 +799,7 @@ fn main() {
     }
 }
 
-/// Unit checks, run with `--self-test` (`harness = false` benches get no
-/// `#[test]` support).
+/// Unit checks, run with `--self-test`, with no arguments, or by `cargo test`.
 fn self_test() {
     {
         let t = Template::parse("CHECK api k{n} {n}\\n", 0).unwrap();
@@ -855,5 +855,13 @@ fn self_test() {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("5x").is_err());
         assert!(parse_duration("s").is_err());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn self_test() {
+        super::self_test();
     }
 }

@@ -1,5 +1,5 @@
 //! Closed-loop gRPC load generator for the Envoy Rate Limit Service
-//! (`ShouldRateLimit`), the counterpart of `benches/loadgen.rs` for the line protocol.
+//! (`ShouldRateLimit`), the counterpart of `loadgen` for the line protocol.
 //!
 //! `--conns` HTTP/2 connections carry `--concurrency` calls in flight each (as Envoy
 //! multiplexes its calls on a few connections); every call is one descriptor
@@ -9,10 +9,10 @@
 //! line (decisions/s, p50/p99/p999 in µs, OK / OVER_LIMIT / errors).
 //!
 //! ```text
-//! cargo bench --bench rls_loadgen -- --addr 127.0.0.1:8081 --conns 2 --concurrency 25 \
-//!     --domain bench --key api --keys 1000000 --duration 5s
+//! cargo run --release -p ratelimitd-tools --bin rls_loadgen -- --addr 127.0.0.1:8081 \
+//!     --conns 2 --concurrency 25 --domain bench --key api --keys 1000000 --duration 5s
 //! ```
-//! Run bare (as `cargo test --all-targets` does), it runs its self-test.
+//! Run bare, it runs its self-test (`cargo test` runs it too).
 
 mod common;
 
@@ -200,5 +200,13 @@ fn main() {
     if let Err(e) = rt.block_on(run(args)) {
         eprintln!("rls_loadgen: {e}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn self_test() {
+        super::self_test();
     }
 }

@@ -2,8 +2,8 @@
 //! differently from the exact sliding window log, on a generated trace of many sources.
 //!
 //! ```text
-//! cargo bench --bench window_error -- --requests 10000000 [--sources 2000]
-//!     [--limit 100] [--window-ms 60000] [--seed 1] [--mix wide|near|mostly-under]
+//! cargo run --release -p ratelimitd-tools --bin window_error -- --requests 10000000
+//!     [--sources 2000] [--limit 100] [--window-ms 60000] [--seed 1] [--mix wide|near|mostly-under]
 //! ```
 //!
 //! Each source sends a Poisson stream at its own rate, relative to the limit's rate
@@ -19,8 +19,7 @@
 //! * **side by side**: counter and log each keep their own state (two deployments) and
 //!   we count requests where their verdicts differ.
 //!
-//! Prints one JSON object. Run bare (as `cargo test --all-targets` does), it runs a
-//! small trace and checks the figures are sane.
+//! Prints one JSON object. Run bare (and under `cargo test`), it runs a small trace and checks the figures are sane.
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -49,7 +48,7 @@ fn parse_args() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--bench" {
-            continue; // cargo bench passes it
+            continue; // cargo bench passed it, where this tool used to live
         }
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
         if flag == "--mix" {
@@ -227,30 +226,34 @@ fn report(a: &Args, tallies: &[Tally; 4]) {
     );
 }
 
+/// The run with no arguments: a small trace, sanity-checked.
+fn self_test() {
+    let a = Args {
+        requests: 200_000,
+        sources: 200,
+        limit: 20,
+        window_ms: 10_000,
+        seed: 7,
+        mix: "wide".into(),
+    };
+    let tallies = run(&a);
+    report(&a, &tallies);
+    let t = tallies[0];
+    assert_eq!(t.requests, a.requests);
+    assert!(
+        t.counter_allowed > 0 && t.counter_allowed < t.requests,
+        "{t:?}"
+    );
+    // The estimate admits about what the exact log does, never wildly more.
+    let ratio = t.counter_allowed as f64 / t.log_allowed as f64;
+    assert!((0.95..1.05).contains(&ratio), "{t:?}");
+    assert!(t.max_in_window <= 2 * a.limit, "{t:?}");
+    println!("window_error self-test ok");
+}
+
 fn main() {
     if std::env::args().len() == 1 {
-        // Bare run (cargo test --all-targets): a small trace, sanity-checked.
-        let a = Args {
-            requests: 200_000,
-            sources: 200,
-            limit: 20,
-            window_ms: 10_000,
-            seed: 7,
-            mix: "wide".into(),
-        };
-        let tallies = run(&a);
-        report(&a, &tallies);
-        let t = tallies[0];
-        assert_eq!(t.requests, a.requests);
-        assert!(
-            t.counter_allowed > 0 && t.counter_allowed < t.requests,
-            "{t:?}"
-        );
-        // The estimate admits about what the exact log does, never wildly more.
-        let ratio = t.counter_allowed as f64 / t.log_allowed as f64;
-        assert!((0.95..1.05).contains(&ratio), "{t:?}");
-        assert!(t.max_in_window <= 2 * a.limit, "{t:?}");
-        println!("window_error self-test ok");
+        self_test();
         return;
     }
     let a = match parse_args() {
@@ -261,4 +264,12 @@ fn main() {
         }
     };
     report(&a, &run(&a));
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn self_test() {
+        super::self_test();
+    }
 }

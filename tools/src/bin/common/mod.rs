@@ -1,5 +1,5 @@
-//! What the load generators share (`benches/loadgen.rs`, `benches/rls_loadgen.rs`,
-//! separate bench targets, each with `mod common;`): the key mix and the runtime.
+//! What the load generators share (`loadgen` and `rls_loadgen`, each with
+//! `mod common;`): the key mix and the runtime.
 
 /// SplitMix64 (Steele, Lea, Flood 2014): a bijective 64-bit mix, so counter values map
 /// to well-spread keys.
