@@ -20,7 +20,7 @@ fi
 if ! command -v socat >/dev/null 2>&1; then
   missing_pkgs+=(socat)
 fi
-# tests/systemd.rs: systemd-analyze verify, systemd-socket-activate (no systemd as
+# tests/it/systemd.rs: systemd-analyze verify, systemd-socket-activate (no systemd as
 # PID 1 needed); tests/deb.sh: dpkg-deb, objcopy (debug symbols of the .deb).
 if ! command -v systemd-analyze >/dev/null 2>&1 || ! command -v systemd-socket-activate >/dev/null 2>&1; then
   missing_pkgs+=(systemd)
@@ -58,7 +58,7 @@ for plugin in compiler resources jar install; do
     missing_pkgs+=("libmaven-$plugin-plugin-java")
 done
 [ -d /usr/share/maven-repo/org/apache/maven/surefire/surefire-junit-platform ] || missing_pkgs+=(libsurefire-java)
-# tests/production_redis.rs makes its test CA with the openssl command.
+# tests/it/production_redis.rs makes its test CA with the openssl command.
 command -v openssl >/dev/null 2>&1 || missing_pkgs+=(openssl)
 
 if ((${#missing_pkgs[@]})) || [ "$go_backports" = 1 ]; then

@@ -1,7 +1,7 @@
 //! Redis as production runs it: a TLS-only Redis Cluster with client certificates and a
 //! least-privilege ACL user, the password from the systemd credential and never shown,
 //! and Sentinel failing over under load. Real servers on loopback; the CA is made at run
-//! time. (Redis refusing the daemon, and the fix by a reload: `tests/redis_refusals.rs`.)
+//! time. (Redis refusing the daemon, and the fix by a reload: `tests/it/redis_refusals.rs`.)
 
 use crate::common;
 use crate::secure_redis;

@@ -1,4 +1,4 @@
-//! Nothing one client can exhaust besides Redis (tests/flood.rs): idle connections on
+//! Nothing one client can exhaust besides Redis (tests/serial/flood.rs): idle connections on
 //! the metrics port take no descriptor from the socket's clients; a client that never
 //! reads its replies cannot grow the daemon's memory; the limits' fields are validated.
 //! Real binary, loopback only.
