@@ -16,7 +16,7 @@
 #   bash benches/leases.sh [--quick]
 #
 # Environment: RATELIMITD_BIN (default target/release/ratelimitd), LOADGEN (the built
-# loadgen bench; default: built with cargo), DURATION seconds per measurement (default
+# loadgen of tools/; default: built with cargo), DURATION seconds per measurement (default
 # 8; --quick 4), RL_BENCH_CACHE (where the peers are installed, as benches/clients/run.sh
 # does; default ~/.cache/ratelimitd-bench; a peer that cannot be installed is skipped
 # with the reason). Needs redis-server, redis-cli, redis-benchmark, python3; node + npm
@@ -31,11 +31,11 @@ DURATION=${DURATION:-8}
 bin=${RATELIMITD_BIN:-$repo/target/release/ratelimitd}
 [ -x "$bin" ] || { echo "leases.sh: no daemon at $bin (cargo build --release, or set RATELIMITD_BIN)" >&2; exit 1; }
 if [ -z "${LOADGEN:-}" ]; then
-  LOADGEN=$(cd "$repo" && cargo bench --bench loadgen --no-run --message-format=json 2>/dev/null |
+  LOADGEN=$(cd "$repo" && cargo build --release -p ratelimitd-tools --bin loadgen --message-format=json 2>/dev/null |
     grep '"reason":"compiler-artifact"' | grep '"name":"loadgen"' |
     sed 's/.*"executable":"\([^"]*\)".*/\1/' | tail -n 1)
 fi
-[ -x "$LOADGEN" ] || { echo "leases.sh: cannot find the built loadgen bench" >&2; exit 1; }
+[ -x "$LOADGEN" ] || { echo "leases.sh: cannot find the built loadgen" >&2; exit 1; }
 cache=${RL_BENCH_CACHE:-${HOME:-/tmp}/.cache/ratelimitd-bench}
 # shellcheck source=benches/lib.sh
 . "$here/lib.sh"

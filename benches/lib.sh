@@ -8,15 +8,15 @@
 
 # build_bench_binaries NAME: sets DAEMON and LOADGEN: RATELIMITD_BIN and LOADGEN as given
 # when both are set (measure those), else the release build of the daemon and the
-# loadgen bench, built here (run from the repository's root). NAME prefixes the error.
+# loadgen of tools/, built here (run from the repository's root). NAME prefixes the error.
 build_bench_binaries() {
   if [ -z "${LOADGEN:-}" ] || [ -z "${RATELIMITD_BIN:-}" ]; then
     cargo build --release --quiet --bin ratelimitd
-    LOADGEN=$(cargo bench --bench loadgen --no-run --message-format=json 2>/dev/null |
+    LOADGEN=$(cargo build --release -p ratelimitd-tools --bin loadgen --message-format=json 2>/dev/null |
       grep '"reason":"compiler-artifact"' | grep '"name":"loadgen"' |
       sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
   fi
-  [ -x "$LOADGEN" ] || { echo "$1: cannot find the built loadgen bench" >&2; exit 1; }
+  [ -x "$LOADGEN" ] || { echo "$1: cannot find the built loadgen" >&2; exit 1; }
   DAEMON=${RATELIMITD_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/ratelimitd}
 }
 

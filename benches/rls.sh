@@ -20,10 +20,11 @@ DURATION=${DURATION:-5s}; WARMUP=${WARMUP:-1s}
 [ "${1:-}" = --quick ] && { DURATION=2s; WARMUP=500ms; }
 export RUST_LOG=${RUST_LOG:-warn}
 TARGET=${CARGO_TARGET_DIR:-target}
-cargo build --release --quiet --bin ratelimitd --bench loadgen --bench rls_loadgen
+cargo build --release --quiet --bin ratelimitd
+cargo build --release --quiet -p ratelimitd-tools --bin loadgen --bin rls_loadgen
 BIN=${RATELIMITD_BIN:-$TARGET/release/ratelimitd}
-LOADGEN=$(ls -t "$TARGET"/release/deps/loadgen-* | grep -v '\.d$' | head -n1)
-RLSGEN=$(ls -t "$TARGET"/release/deps/rls_loadgen-* | grep -v '\.d$' | head -n1)
+LOADGEN=$TARGET/release/loadgen
+RLSGEN=$TARGET/release/rls_loadgen
 TMP=$(mktemp -d /tmp/rld-rls-bench.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$TMP"; }

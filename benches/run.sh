@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reproducible benchmark: ratelimitd against Redis, measured by the same
-# closed-loop client (benches/loadgen.rs) with the same settings.
+# closed-loop client (tools/src/bin/loadgen.rs) with the same settings.
 #
 #   bash benches/run.sh [--quick] [--out FILE]
 #
@@ -10,7 +10,7 @@
 # Environment: DURATION / WARMUP override the per-measurement times (e.g. 10s),
 # RUST_LOG the daemon's log filter (default "warn"), RATELIMITD_BIN another daemon
 # binary to measure (default $CARGO_TARGET_DIR or target, /release/ratelimitd);
-# with both RATELIMITD_BIN and LOADGEN (a built benches/loadgen.rs) set, nothing is built.
+# with both RATELIMITD_BIN and LOADGEN (a built tools/src/bin/loadgen.rs) set, nothing is built.
 #
 # Needs redis-server, redis-cli and redis-benchmark (Debian: apt-get install
 # redis-server redis-tools). Everything it starts (two redis-servers, the
@@ -108,13 +108,13 @@ log() { printf '\n== %s\n' "$*" >&2; }
 if [ -n "${LOADGEN:-}" ] && [ -n "${RATELIMITD_BIN:-}" ]; then
     log "using LOADGEN=$LOADGEN and RATELIMITD_BIN=$RATELIMITD_BIN as built"
 else
-    log "building (cargo build --release; loadgen bench)"
+    log "building (cargo build --release; the loadgen of tools/)"
     cargo build --release
-    LOADGEN=$(cargo bench --bench loadgen --no-run --message-format=json 2>/dev/null |
+    LOADGEN=$(cargo build --release -p ratelimitd-tools --bin loadgen --message-format=json 2>/dev/null |
         grep '"reason":"compiler-artifact"' | grep '"name":"loadgen"' |
         sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
 fi
-[ -x "$LOADGEN" ] || { echo "run.sh: cannot find the built loadgen bench" >&2; exit 1; }
+[ -x "$LOADGEN" ] || { echo "run.sh: cannot find the built loadgen" >&2; exit 1; }
 DAEMON=${RATELIMITD_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/ratelimitd}
 CLK_TCK=$(getconf CLK_TCK)
 

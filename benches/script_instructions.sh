@@ -17,8 +17,8 @@ command -v valgrind >/dev/null || { echo "script_instructions.sh: valgrind not f
 command -v redis-server >/dev/null || { echo "script_instructions.sh: redis-server not found" >&2; exit 1; }
 source benches/lib.sh
 bench_work script-instr
-cargo bench --bench script_text -- batch >"$work/batch.lua" 2>/dev/null
-cargo bench --bench script_text -- token_bucket >"$work/single.lua" 2>/dev/null
+cargo run --release --quiet -p ratelimitd-tools --bin script_text -- batch >"$work/batch.lua" 2>/dev/null
+cargo run --release --quiet -p ratelimitd-tools --bin script_text -- token_bucket >"$work/single.lua" 2>/dev/null
 cp benches/seed_token_bucket.lua "$work/seed.lua"
 
 # count WORKLOAD DECISIONS: redis-server's total instructions serving them.

@@ -2,7 +2,7 @@
 # The cost of TLS to Redis: Redis-bound decisions per second through the daemon over
 # TLS, divided by the same over plain TCP, measured in one run against one
 # redis-server that listens on both (a plain port and a TLS port), with the same load
-# generator (benches/loadgen.rs) and the same daemon binary.
+# generator (tools/src/bin/loadgen.rs) and the same daemon binary.
 #
 #   bash benches/tls.sh [--rounds N] [--duration 3s]
 #
@@ -43,10 +43,10 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 log "building the daemon and the load generator (release)"
 cargo build --release --quiet --bin ratelimitd
 BIN=${CARGO_TARGET_DIR:-target}/release/ratelimitd
-LOADGEN=$(cargo bench --bench loadgen --no-run --message-format=json 2>/dev/null |
+LOADGEN=$(cargo build --release -p ratelimitd-tools --bin loadgen --message-format=json 2>/dev/null |
     grep '"reason":"compiler-artifact"' | grep '"name":"loadgen"' |
     sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
-[ -x "$LOADGEN" ] || { echo "tls.sh: cannot find the built loadgen bench" >&2; exit 1; }
+[ -x "$LOADGEN" ] || { echo "tls.sh: cannot find the built loadgen" >&2; exit 1; }
 
 cd "$TMP"
 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=bench ca" -keyout ca.key -out ca.crt 2>/dev/null

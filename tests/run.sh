@@ -20,7 +20,7 @@ fi
 if ! command -v socat >/dev/null 2>&1; then
   missing_pkgs+=(socat)
 fi
-# tests/systemd.rs: systemd-analyze verify, systemd-socket-activate (no systemd as
+# tests/it/systemd.rs: systemd-analyze verify, systemd-socket-activate (no systemd as
 # PID 1 needed); tests/deb.sh: dpkg-deb, objcopy (debug symbols of the .deb).
 if ! command -v systemd-analyze >/dev/null 2>&1 || ! command -v systemd-socket-activate >/dev/null 2>&1; then
   missing_pkgs+=(systemd)
@@ -58,7 +58,7 @@ for plugin in compiler resources jar install; do
     missing_pkgs+=("libmaven-$plugin-plugin-java")
 done
 [ -d /usr/share/maven-repo/org/apache/maven/surefire/surefire-junit-platform ] || missing_pkgs+=(libsurefire-java)
-# tests/production_redis.rs makes its test CA with the openssl command.
+# tests/it/production_redis.rs makes its test CA with the openssl command.
 command -v openssl >/dev/null 2>&1 || missing_pkgs+=(openssl)
 
 if ((${#missing_pkgs[@]})) || [ "$go_backports" = 1 ]; then
@@ -105,15 +105,16 @@ go_bin=$(bash clients/go/find_go.sh) || { log "no Go >= 1.21 after install (the 
 log "using $("$go_bin" version) ($go_bin)"
 log "using $(redis-server --version | head -n1)"
 
-# Unit, property and integration tests (tests/*.rs start their own Redis
-# servers). The output is kept to print one total at the end.
+# Unit, property and integration tests (tests/it/, tests/serial/ and tests/*.rs start
+# their own Redis servers), and the tools' self-tests (--workspace: tools/ too). The
+# output is kept to print one total at the end.
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 # --no-fail-fast: one failing test binary does not hide the results of the others,
 # and the suites below still run; a failed cargo run with no failed test counted (a
 # build error, a crashed binary) counts as one failure.
 cargo_rc=0
-cargo test --all-targets --no-fail-fast "$@" 2>&1 | tee "$out" || cargo_rc=1
+cargo test --workspace --all-targets --no-fail-fast "$@" 2>&1 | tee "$out" || cargo_rc=1
 totals=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
               END { printf "%d %d", p, f }' "$out")
 read -r passed failed <<<"$totals"

@@ -3,7 +3,7 @@
 //! Each algorithm has a Lua twin in `lua/` that Redis runs with EVALSHA; the two are
 //! written operation for operation alike (IEEE doubles, the same order of operations),
 //! so for the same inputs they return the same fields. The Rust side serves
-//! `redis.mode = "none"` and the local fallback. `tests/twins.rs` drives random traces
+//! `redis.mode = "none"` and the local fallback. `tests/it/twins.rs` drives random traces
 //! through both twins and through an independent reference model (`tests/reference`).
 //!
 //! Conventions shared by every algorithm and its twin:

@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 /// Mean DENYs per page in a full cache (pages = `max_entries` ÷ this, rounded up): moka's
 /// ~300 bytes a page spread over 8 keys, next to each key's 80-byte slot. Measured
-/// (`cargo bench --bench keymem -- deny - 1000000`): 153–159 bytes per DENY held with 8,
-/// 194 with 4, 386 with one moka entry per DENY. More keys per page would save less
+/// (`cargo run --release -p ratelimitd-tools --bin keymem -- deny - 1000000`): 153–159
+/// bytes per DENY held with 8, 194 with 4, 386 with one moka entry per DENY. More keys per page would save less
 /// and cost longer scans and copies.
 pub(super) const KEYS_PER_PAGE: u64 = 8;
 

@@ -12,7 +12,7 @@
 //!   key would be fully unused, asking the decision rule itself (binary search over a
 //!   predicate that is monotone in time).
 //!
-//! `tests/twins.rs` requires the Rust twins and the Lua scripts to agree with it on
+//! `tests/it/twins.rs` requires the Rust twins and the Lua scripts to agree with it on
 //! every field of every decision of random traces.
 
 /// Micro-units per unit (the buckets' granularity).

@@ -9,6 +9,7 @@
 //! Every process is started through the harness' owned spawner (killed by pid on drop
 //! and when the test process dies); everything listens on 127.0.0.1, ports picked free.
 
+#[macro_use] // plain_and_tls!, for the modules declared after it (tests/it/main.rs)
 pub mod any_cluster;
 pub mod pki;
 pub mod sentinel;

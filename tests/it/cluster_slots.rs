@@ -1,0 +1,560 @@
+//! Slots that move while the daemon decides in a 6-node Redis Cluster (3 primaries, 3
+//! replicas): a slot migrated to another primary (`ASK` while it moves, `MOVED` after)
+//! and a primary killed and replaced by its replica. Each runs on a plain cluster and on
+//! one reached over TLS only with the documented least-privilege ACL user
+//! (`tests/secure_redis`): the daemon follows the new owner (learnt from `CLUSTER SLOTS`,
+//! which over TLS names the nodes' TLS ports) and keeps the key's state.
+
+use crate::common;
+use crate::secure_redis;
+
+use common::*;
+use secure_redis::{connect_in_redis, Flavor, TestCluster, ADMIN_PASSWORD, ADMIN_USER};
+use std::time::{Duration, Instant};
+
+/// Ten tokens that do not refill during a test; deny cache off, so every request asks.
+fn config(cluster: &TestCluster) -> String {
+    format!(
+        "[redis]\n{}timeout_ms = 100\nprefix = \"rl\"\n[cache]\nttl_ms = 0\n\
+         [[rule]]\nname = \"tb\"\nalgorithm = \"token_bucket\"\ncapacity = 10\nrefill_rate = 0.001\n",
+        cluster.redis_fields()
+    )
+}
+
+/// The primary holding `slot` (by `CLUSTER NODES` of `any`) and its node id.
+fn owner_of(cluster: &TestCluster, slot: u16) -> (String, String) {
+    let any = &cluster.primary_addrs()[0];
+    for line in cluster.cli(any, &["CLUSTER", "NODES"]).lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 9 || !f[2].contains("master") {
+            continue;
+        }
+        let owns = f[8..].iter().any(|r| match r.split_once('-') {
+            Some((a, b)) => {
+                a.parse().is_ok_and(|a: u16| a <= slot) && b.parse().is_ok_and(|b: u16| slot <= b)
+            }
+            None => r.parse() == Ok(slot),
+        });
+        if owns {
+            let addr = f[1].split('@').next().unwrap().to_string();
+            return (addr, f[0].to_string());
+        }
+    }
+    panic!("no primary owns slot {slot}");
+}
+
+/// Sends `CHECK tb <key>` every 10 ms until a reply comes from `source`, at most
+/// `within`; every reply on the way must be a decision. The wait and that reply.
+fn until_source(c: &mut Client, key: &str, source: &str, within: Duration) -> (Duration, Reply) {
+    let start = Instant::now();
+    loop {
+        let r = parse_reply(&c.request(&format!("CHECK tb {key} 0")));
+        if r.source == source {
+            return (start.elapsed(), r);
+        }
+        assert!(
+            start.elapsed() < within,
+            "no {source} reply within {within:?}: {r:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Takes `n` tokens of `key` (a fresh key of the `tb` rule, capacity 10) in Redis,
+/// checking each reply: remaining 9, 8, … from Redis.
+fn take_in_redis(c: &mut Client, key: &str, n: u64) {
+    for i in 0..n {
+        let r = parse_reply(&c.request(&format!("CHECK tb {key}")));
+        assert_eq!((r.remaining, r.source.as_str()), (9 - i, "redis"), "{r:?}");
+    }
+}
+
+plain_and_tls!(
+    a_migrated_slot_is_followed_with_its_state,
+    a_failed_primary_is_replaced_by_its_replica
+);
+
+/// The hash slot of `key` (by `CLUSTER KEYSLOT`).
+fn slot_of(cluster: &TestCluster, key: &str) -> u16 {
+    cluster
+        .cli(&cluster.addrs()[0], &["CLUSTER", "KEYSLOT", key])
+        .parse()
+        .unwrap()
+}
+
+/// A slot moved by hand from its owner to another primary, as a reshard does it.
+struct Migration {
+    slot: u16,
+    /// The old owner, `host:port`.
+    src: String,
+    /// The new owner, `host:port`, and its node id.
+    dst: String,
+    dst_id: String,
+}
+
+impl Migration {
+    /// Starts moving `key`'s slot to another primary: `IMPORTING` on the new owner,
+    /// `MIGRATING` on the old one, then `key` copied over (`MIGRATE`, as the admin over
+    /// TLS). From then on the old owner answers `ASK` for `key`.
+    fn start(cluster: &TestCluster, flavor: Flavor, key: &str) -> Migration {
+        let slot = slot_of(cluster, key);
+        let (src, src_id) = owner_of(cluster, slot);
+        let dst = cluster
+            .primary_addrs()
+            .into_iter()
+            .find(|a| *a != src)
+            .unwrap();
+        let dst_id = cluster.cli(&dst, &["CLUSTER", "MYID"]);
+        let dst_port = dst.rsplit(':').next().unwrap();
+        let setslot = |node: &str, state: &str, id: &str| {
+            let out = cluster.cli(node, &["CLUSTER", "SETSLOT", &slot.to_string(), state, id]);
+            assert_eq!(out, "OK", "SETSLOT {slot} {state} on {node}");
+        };
+        setslot(&dst, "IMPORTING", &src_id);
+        setslot(&src, "MIGRATING", &dst_id);
+        let mut migrate = vec!["MIGRATE", "127.0.0.1", dst_port, "", "0", "5000"];
+        if flavor == Flavor::TlsAcl {
+            migrate.extend(["AUTH2", ADMIN_USER, ADMIN_PASSWORD]);
+        }
+        migrate.extend(["KEYS", key]);
+        assert_eq!(cluster.cli(&src, &migrate), "OK", "MIGRATE");
+        Migration {
+            slot,
+            src,
+            dst,
+            dst_id,
+        }
+    }
+
+    /// Ends it: every primary gives the slot to the new owner (`SETSLOT NODE`), and the
+    /// old owner answers `MOVED` for it.
+    fn finish(&self, cluster: &TestCluster) {
+        for node in cluster.primary_addrs() {
+            cluster.cli(
+                &node,
+                &[
+                    "CLUSTER",
+                    "SETSLOT",
+                    &self.slot.to_string(),
+                    "NODE",
+                    &self.dst_id,
+                ],
+            );
+        }
+    }
+}
+
+fn a_migrated_slot_is_followed_with_its_state(flavor: Flavor) {
+    let cluster = TestCluster::start(flavor);
+    let d = Daemon::start(&config(&cluster));
+    let mut c = connect_in_redis(&d, "tb");
+    let key = "rl:{tb:mover}:tb";
+    take_in_redis(&mut c, "mover", 3);
+
+    // The slot moves: importing, migrating, the key copied over. Meanwhile the old
+    // owner answers ASK for it, and the daemon follows it: ASKING, then the script on
+    // the new owner, with the state that moved.
+    let m = Migration::start(&cluster, flavor, key);
+    let during = parse_reply(&c.request("CHECK tb mover 0"));
+    assert_eq!(
+        (during.source.as_str(), during.remaining),
+        ("redis", 7),
+        "an ASK is followed to the new owner: {during:?}"
+    );
+    let during = parse_reply(&c.request("CHECK tb mover"));
+    assert_eq!(
+        (during.source.as_str(), during.remaining),
+        ("redis", 6),
+        "and decided there: {during:?}"
+    );
+    assert!(
+        !d.log().contains("Redis could not decide a key"),
+        "a followed ASK is not a per-key error: {}",
+        d.log()
+    );
+
+    // The slot is the new owner's: the old one answers MOVED, the daemon refreshes its
+    // map and decides there, from the migrated state.
+    m.finish(&cluster);
+    let (took, r) = until_source(&mut c, "mover", "redis", Duration::from_secs(5));
+    assert_eq!(r.remaining, 6, "the state moved with the slot: {r:?}");
+    let r = parse_reply(&c.request("CHECK tb mover"));
+    assert_eq!((r.remaining, r.source.as_str()), (5, "redis"), "{r:?}");
+    assert_eq!(
+        cluster.cli(&m.dst, &["EXISTS", key]),
+        "1",
+        "decided on the new owner"
+    );
+    eprintln!(
+        "{flavor:?}: slot {} {} -> {}: during the move {}, back in Redis {took:?} after the MOVED",
+        m.slot, m.src, m.dst, during.source
+    );
+    assert!(took <= Duration::from_millis(1500), "{took:?}");
+    cluster.assert_no_acl_denials();
+}
+
+/// Without `+asking` in the daemon's ACL (docs/PRODUCTION-REDIS.md, "The ACL user"), a
+/// key whose slot is migrating and which the old owner answers with `ASK` cannot be
+/// decided on its new owner: the `ASKING` is refused. The page says such a key is then
+/// decided locally, with a warning naming the refusal. This checks that fallback on
+/// the TLS cluster with the restricted user (the plain cluster has no ACL): every
+/// request for that key is answered from the local bucket, never an error nor a hang;
+/// the warning names the `NOPERM` for `asking`; keys of other slots, on the old owner
+/// and on the new one, are still decided in Redis (no breaker opens for a refusal that
+/// is one key's); and once the migration ends the key is decided in Redis again from
+/// the state that moved, untouched by the local decisions.
+#[test]
+fn an_ask_refused_for_want_of_asking_is_decided_locally() {
+    let flavor = Flavor::TlsAcl;
+    let cluster = TestCluster::start(flavor);
+    let d = Daemon::start(&config(&cluster));
+    let mut c = connect_in_redis(&d, "tb");
+    let key = "rl:{tb:mover}:tb";
+    let taken_in_redis = 3;
+    take_in_redis(&mut c, "mover", taken_in_redis);
+
+    // The daemon's user loses ASKING on every node, then the slot moves as in
+    // `a_migrated_slot_is_followed_with_its_state`.
+    for node in cluster.addrs() {
+        let out = cluster.cli(&node, &["ACL", "SETUSER", "ratelimitd", "-asking"]);
+        assert_eq!(out, "OK", "ACL SETUSER ratelimitd -asking on {node}");
+    }
+    let m = Migration::start(&cluster, flavor, key);
+    // A key in another slot of the old owner, and one of the new owner.
+    let other_of = |owner: &str| {
+        (0..200)
+            .map(|i| format!("other{i}"))
+            .find(|k| {
+                let s = slot_of(&cluster, &format!("tb:{k}"));
+                s != m.slot && owner_of(&cluster, s).0 == owner
+            })
+            .unwrap()
+    };
+    let others = [other_of(&m.src), other_of(&m.dst)];
+
+    // The old owner answers ASK, the new owner refuses the ASKING: decided locally,
+    // each request answered within a few redis.timeout_ms.
+    let mut slowest = Duration::ZERO;
+    for _ in 0..5 {
+        let asked = Instant::now();
+        let line = c.request("CHECK tb mover");
+        slowest = slowest.max(asked.elapsed());
+        let r = parse_reply(&line);
+        assert_eq!(r.source, "local", "{r:?}\n{}", d.log_tail(20));
+    }
+    assert!(slowest < Duration::from_secs(1), "{slowest:?}");
+    let refusal = "NOPERM this user has no permissions to run the 'asking' command";
+    let warning = || {
+        d.log()
+            .lines()
+            .find(|l| l.contains("Redis could not decide a key") && l.contains(refusal))
+            .map(str::to_string)
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || warning().is_some()),
+        "no warning naming the refused ASKING:\n{}",
+        d.log_tail(20)
+    );
+    let warning = warning().unwrap();
+    for other in &others {
+        let r = parse_reply(&c.request(&format!("CHECK tb {other} 0")));
+        assert_eq!(r.source, "redis", "{other}: {r:?}\n{}", d.log_tail(20));
+    }
+    assert!(
+        !d.log().contains("circuit open"),
+        "a refused ASKING opens no breaker:\n{}",
+        d.log()
+    );
+    assert!(
+        cluster.acl_denials().contains("asking"),
+        "the new owner logs the refused ASKING:\n{}",
+        cluster.acl_denials()
+    );
+
+    // The migration ends: MOVED, and the key is decided on its new owner, from the
+    // tokens taken in Redis before the move (the local decisions took none there).
+    m.finish(&cluster);
+    let (took, r) = until_source(&mut c, "mover", "redis", Duration::from_secs(5));
+    assert_eq!(r.remaining, 10 - taken_in_redis, "{r:?}");
+    let r = parse_reply(&c.request("CHECK tb mover"));
+    assert_eq!(
+        (r.remaining, r.source.as_str()),
+        (9 - taken_in_redis, "redis"),
+        "{r:?}"
+    );
+    assert_eq!(
+        cluster.cli(&m.dst, &["EXISTS", key]),
+        "1",
+        "decided on the new owner"
+    );
+    eprintln!(
+        "slot {} {} -> {} without +asking: 5 requests local (slowest {slowest:?}), back in Redis {took:?} after the MOVED; warning: {warning}",
+        m.slot, m.src, m.dst
+    );
+}
+
+fn a_failed_primary_is_replaced_by_its_replica(flavor: Flavor) {
+    let mut cluster = TestCluster::start(flavor);
+    let d = Daemon::start(&config(&cluster));
+    let mut c = connect_in_redis(&d, "tb");
+    let key = "rl:{tb:victim}:tb";
+    take_in_redis(&mut c, "victim", 3);
+    let slot = slot_of(&cluster, key);
+    let (old, _) = owner_of(&cluster, slot);
+    // A key of another primary, to count how it is decided meanwhile.
+    let other = (0..100)
+        .map(|i| format!("other{i}"))
+        .find(|k| {
+            let s = slot_of(&cluster, &format!("tb:{k}"));
+            owner_of(&cluster, s).0 != old
+        })
+        .unwrap();
+    cluster.kill_node(&old);
+    let killed = Instant::now();
+    // Every request is answered: the dead primary's keys locally, the others in Redis.
+    let (mut answered, mut other_local) = (0, 0);
+    let back = loop {
+        let r = parse_reply(&c.request("CHECK tb victim 0"));
+        answered += 1;
+        if r.source == "redis" {
+            break (killed.elapsed(), r);
+        }
+        assert_eq!(r.source, "local", "{r:?}");
+        let o = parse_reply(&c.request(&format!("CHECK tb {other} 0")));
+        other_local += usize::from(o.source != "redis");
+        assert!(
+            killed.elapsed() < Duration::from_secs(20),
+            "no failover within 20 s:\n{}",
+            d.log_tail(20)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let new = owner_of(&cluster, slot).0;
+    eprintln!(
+        "{flavor:?}: primary {old} killed; {new} decides slot {slot} {:?} after the kill ({answered} requests answered meanwhile, {other_local} of another primary's key not from Redis); remaining {}",
+        back.0, back.1.remaining
+    );
+    assert_ne!(new, old);
+    // (Keys of the other primaries go local too while the cluster says CLUSTERDOWN:
+    // between the failure being agreed on and the promotion, Redis answers no key.)
+    // Replication is asynchronous: the replica has the 3 tokens taken unless it lagged.
+    assert!(back.1.remaining <= 10, "{:?}", back.1);
+    cluster.assert_no_acl_denials();
+}
+
+/// `redis.timeout_ms` of a configuration made by [`config`].
+fn timeout_of(config: &str) -> Duration {
+    let ms = config
+        .lines()
+        .find_map(|l| l.strip_prefix("timeout_ms = "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("the test config sets redis.timeout_ms");
+    Duration::from_millis(ms)
+}
+
+/// A node of a plain cluster stopped (`SIGSTOP`, by its pid) until this is dropped
+/// (`SIGCONT`), on every path out of the test, a panic included.
+struct Frozen<'a> {
+    cluster: &'a RedisCluster,
+    addr: String,
+}
+
+impl<'a> Frozen<'a> {
+    fn new(cluster: &'a RedisCluster, addr: &str) -> Frozen<'a> {
+        cluster.signal_node(addr, libc::SIGSTOP);
+        Frozen {
+            cluster,
+            addr: addr.to_string(),
+        }
+    }
+}
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        self.cluster.signal_node(&self.addr, libc::SIGCONT);
+    }
+}
+
+/// While a slot migrates, a key already copied to the new owner is sent there by the
+/// old owner (`ASK`); when the new owner does not answer (frozen), the follow-up gives
+/// up within what is left of `redis.timeout_ms` and the key is decided locally with a
+/// warning naming the new owner (docs/PRODUCTION-REDIS.md: "while the new owner is down
+/// or slow"). The new owner's silence is not the old owner's failure: its breaker must
+/// not be charged, so the old owner's other keys keep being decided in Redis even under
+/// a run of follow-ups long enough to open a breaker had they counted. Checks that
+/// every such request is answered locally within a bound, never an error nor a hang;
+/// that the old owner's other keys stay in Redis and no breaker opens for it; that the
+/// warning names the new owner's timeout; and that once the new owner resumes and the
+/// migration ends, the key is decided in Redis again from the state that moved.
+#[test]
+fn a_frozen_new_owner_during_a_move_leaves_the_old_owner_healthy() {
+    let flavor = Flavor::Plain;
+    let cluster = TestCluster::start(flavor);
+    let TestCluster::Plain(nodes) = &cluster else {
+        unreachable!("a plain cluster")
+    };
+    let config = config(&cluster);
+    let timeout = timeout_of(&config);
+    let d = Daemon::start(&config);
+    let mut c = connect_in_redis(&d, "tb");
+    let key = "rl:{tb:mover}:tb";
+    let taken_in_redis = 3;
+    take_in_redis(&mut c, "mover", taken_in_redis);
+
+    // The slot moves as in `a_migrated_slot_is_followed_with_its_state`; the ASK is
+    // followed to the new owner while it answers (cost 0: nothing taken).
+    let m = Migration::start(&cluster, flavor, key);
+    let r = parse_reply(&c.request("CHECK tb mover 0"));
+    assert_eq!(
+        (r.source.as_str(), r.remaining),
+        ("redis", 10 - taken_in_redis),
+        "followed to the new owner before the freeze: {r:?}"
+    );
+    // Keys of three other slots of the old owner, each decided in Redis before.
+    let olds: Vec<String> = {
+        let mut slots = vec![m.slot];
+        let mut keys = Vec::new();
+        for i in 0..500 {
+            let k = format!("old{i}");
+            let s = slot_of(&cluster, &format!("tb:{k}"));
+            if !slots.contains(&s) && owner_of(&cluster, s).0 == m.src {
+                slots.push(s);
+                keys.push(k);
+                if keys.len() == 3 {
+                    break;
+                }
+            }
+        }
+        assert_eq!(keys.len(), 3, "three other slots of {}", m.src);
+        keys
+    };
+    for old in &olds {
+        let r = parse_reply(&c.request(&format!("CHECK tb {old}")));
+        assert_eq!(r.source, "redis", "{old}: {r:?}");
+    }
+
+    // A request may wait one redis.timeout_ms (100 ms here: the old owner's ASK, then the
+    // follow-up within what is left of it), and once more when the daemon itself was
+    // late (`bounded`), so 2 × timeout_ms; plus 400 ms for a loaded machine: 600 ms.
+    let bound = timeout * 2 + Duration::from_millis(400);
+    // The old owner's breaker opens on FAILURES_TO_OPEN = 3 failed calls in a row, no
+    // success between, spanning at least redis.timeout_ms (src/store/health.rs). Each
+    // round sends 3 requests for the mover back to back, each failing on the new owner
+    // after about one timeout_ms: the 1st to the 3rd failure span about 2 × timeout_ms
+    // (≥ timeout_ms), so had those failures been charged to the old owner, its breaker
+    // would open at each round's 3rd, and the old owner's keys asked right after would
+    // be decided locally (an open primary is bypassed at once). 2 rounds, 6 follow-ups:
+    // fewer than the 7 tokens left, so that what they cost in Redis shows (below).
+    //
+    // The freeze lasts about 2 × 3 × timeout_ms ≈ 0.6 s: shorter than the cluster's
+    // cluster-node-timeout (CLUSTER_NODE_TIMEOUT_MS = 2 s), so no peer marks the new
+    // owner PFAIL/FAIL and its replica does not fail over; and shorter than the
+    // daemon's client's unresponsive-connection limit (2 s), so the daemon's connection
+    // to it stays up and every follow-up meets the frozen node itself. Checked below.
+    let (rounds, followups_per_round) = (2, 3);
+    let mut followups = Vec::new();
+    let frozen = Frozen::new(nodes, &m.dst);
+    let frozen_at = Instant::now();
+    for round in 0..rounds {
+        for _ in 0..followups_per_round {
+            let asked = Instant::now();
+            let line = c.request("CHECK tb mover");
+            let took = asked.elapsed();
+            let r = parse_reply(&line);
+            assert_eq!(
+                r.source,
+                "local",
+                "round {round}: the frozen new owner's key: {r:?}\n{}",
+                d.log_tail(20)
+            );
+            assert!(
+                took <= bound,
+                "round {round}: answered in {took:?} (bound {bound:?})"
+            );
+            followups.push(took);
+        }
+        for old in &olds {
+            let r = parse_reply(&c.request(&format!("CHECK tb {old}")));
+            assert_eq!(
+                r.source,
+                "redis",
+                "round {round}: {old}, a key of the old owner {}: {r:?}\n{}",
+                m.src,
+                d.log_tail(20)
+            );
+        }
+    }
+    drop(frozen);
+    let frozen_for = frozen_at.elapsed();
+    assert!(
+        frozen_for < Duration::from_millis(CLUSTER_NODE_TIMEOUT_MS),
+        "frozen {frozen_for:?}, not shorter than cluster-node-timeout: the cluster may have \
+         reacted, the premise of this test does not hold"
+    );
+
+    let log = d.log();
+    let breaker_of_old: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            (l.contains("Redis primary down") || l.contains("circuit open")) && l.contains(&m.src)
+        })
+        .collect();
+    assert!(
+        breaker_of_old.is_empty(),
+        "the old owner {}'s breaker opened:\n{}",
+        m.src,
+        breaker_of_old.join("\n")
+    );
+    let cause = format!("(followed to {}: no answer within redis.timeout_ms)", m.dst);
+    let warning = log
+        .lines()
+        .find(|l| l.contains("Redis could not decide a key") && l.contains(&cause))
+        .unwrap_or_else(|| panic!("no warning naming {cause:?}:\n{}", d.log_tail(30)))
+        .to_string();
+
+    // The local decisions took nothing in Redis, but each follow-up had written its
+    // ASKING and EVALSHA to the frozen node before giving up, and a frozen Redis that
+    // resumes still runs them ("Charged twice", docs/DESIGN.md; docs/FAILURES.md): one
+    // token each, taken when it resumes, before anything sent after on that connection.
+    // The ASK is followed again (cost 0) and sees it.
+    let charged = u64::try_from(followups.len()).unwrap();
+    let expected = 10 - taken_in_redis - charged;
+    let (_, r) = until_source(&mut c, "mover", "redis", Duration::from_secs(5));
+    assert_eq!(
+        r.remaining, expected,
+        "the new owner resumed, each follow-up charged once there: {r:?}"
+    );
+
+    // The migration ends: MOVED, and the key is decided on its new owner from the state
+    // that moved.
+    m.finish(&cluster);
+    let (took, r) = until_source(&mut c, "mover", "redis", Duration::from_secs(5));
+    assert_eq!(
+        r.remaining, expected,
+        "the state moved with the slot: {r:?}"
+    );
+    let r = parse_reply(&c.request("CHECK tb mover"));
+    assert_eq!(
+        (r.verdict.as_str(), r.remaining, r.source.as_str()),
+        ("ALLOW", expected - 1, "redis"),
+        "{r:?}"
+    );
+    assert_eq!(
+        cluster.cli(&m.dst, &["EXISTS", key]),
+        "1",
+        "decided on the new owner"
+    );
+    let slowest = followups.iter().max().unwrap();
+    let fastest = followups.iter().min().unwrap();
+    eprintln!(
+        "slot {} {} -> {} (frozen {frozen_for:?}): {} requests local ({fastest:?}..{slowest:?}, \
+         bound {bound:?}), {} of the old owner's keys in Redis meanwhile; remaining {expected} \
+         after the resume ({charged} follow-ups run there), back in Redis {took:?} after the \
+         MOVED; warning: {warning}",
+        m.slot,
+        m.src,
+        m.dst,
+        followups.len(),
+        rounds * olds.len(),
+    );
+}

@@ -1,0 +1,475 @@
+//! The Envoy Rate Limit Service over gRPC: a tonic client (the generated client of the
+//! same `envoy-types` crate) against the real daemon and a real Redis, on loopback.
+//!
+//! Checks: a limit's worth of OK then OVER_LIMIT with `current_limit`, `limit_remaining`
+//! and `duration_until_reset` filled, decided in Redis (its key is there); a frozen Redis
+//! still gets answers, never a gRPC error, within `redis.timeout_ms` plus a margin; back
+//! to Redis once it answers; SIGHUP reloads the YAML atomically (a bad file keeps the
+//! old limits and names file and line); a Unix socket listener; malformed requests; on
+//! a Redis Cluster, one frozen primary sends only its keys to local decisions.
+
+use crate::common;
+
+use common::*;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+    rate_limit_descriptor::Entry, RateLimitDescriptor,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use std::time::{Duration, Instant};
+use tonic::transport::{Channel, Endpoint};
+
+// The tests of this file run one at a time, and beside no other test of this binary:
+// one of them measures latency, which the others' daemons and Redis servers starting
+// beside it would distort.
+use crate::ONE_AT_A_TIME as SERIAL;
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+const OK: i32 = Code::Ok as i32;
+const OVER: i32 = Code::OverLimit as i32;
+
+const LIMITS: &str = "domain: rides
+descriptors:
+  - key: user_id
+    rate_limit:
+      unit: minute
+      requests_per_unit: 5
+  - key: generic_key
+    value: shadow
+    shadow_mode: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+";
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A daemon with `[envoy] listen` on a free loopback port, the YAML `limits` in its
+/// config dir, `redis` (a `[redis]` table body, or "" for none) and metrics on a free
+/// port. Returns the daemon, the gRPC port, the metrics port and the config dir.
+fn daemon(redis: &str, limits: &str) -> (Daemon, u16, u16, tempfile::TempDir) {
+    let (grpc, metrics) = (free_port(), free_port());
+    let tmp = short_tempdir("rld-envoy-");
+    let dir = tmp.path();
+    std::fs::write(dir.join("rides.yaml"), limits).unwrap();
+    let d = Daemon::start(&format!(
+        "{redis}\n[metrics]\nlisten = \"127.0.0.1:{metrics}\"\n\n[envoy]\nlisten = \"127.0.0.1:{grpc}\"\nconfig_dir = \"{}\"\n",
+        dir.display()
+    ));
+    (d, grpc, metrics, tmp)
+}
+
+/// A client of the RLS on `port`, retrying while the daemon binds it.
+async fn client(port: u16) -> RateLimitServiceClient<Channel> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let ep = Endpoint::from_shared(format!("http://127.0.0.1:{port}")).unwrap();
+        match ep.connect().await {
+            Ok(ch) => return RateLimitServiceClient::new(ch),
+            Err(e) if Instant::now() > deadline => panic!("RLS on {port}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+fn request(domain: &str, entries: &[(&str, &str)], hits: u32) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: entries
+                .iter()
+                .map(|(k, v)| Entry {
+                    key: (*k).into(),
+                    value: (*v).into(),
+                })
+                .collect(),
+            ..Default::default()
+        }],
+        hits_addend: hits,
+    }
+}
+
+async fn ask(c: &mut RateLimitServiceClient<Channel>, req: RateLimitRequest) -> RateLimitResponse {
+    c.should_rate_limit(req)
+        .await
+        .expect("an answer, never a gRPC error")
+        .into_inner()
+}
+
+/// The sum of the series `name` whose labels include all of `labels` (0 if none).
+fn metric(body: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    body.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn redis_config(redis: &RedisStandalone, timeout_ms: u64) -> String {
+    format!(
+        "[redis]\nmode = \"standalone\"\nnodes = [\"{}\"]\ntimeout_ms = {timeout_ms}\n",
+        redis.addr()
+    )
+}
+
+#[test]
+fn limit_then_over_limit_decided_in_redis() {
+    let _serial = serial();
+    let redis = RedisStandalone::start();
+    let (d, grpc, metrics, _dir) = daemon(&redis_config(&redis, 50), LIMITS);
+    runtime().block_on(async {
+        let mut c = client(grpc).await;
+        for i in 0..5u32 {
+            let r = ask(&mut c, request("rides", &[("user_id", "alice")], 0)).await;
+            assert_eq!(r.overall_code, OK, "request {i}");
+            let s = &r.statuses[0];
+            assert_eq!(s.limit_remaining, 4 - i);
+            let limit = s.current_limit.as_ref().expect("current_limit");
+            assert_eq!((limit.requests_per_unit, limit.unit), (5, 2));
+            let reset = s.duration_until_reset.expect("duration_until_reset");
+            assert!((0..=60).contains(&reset.seconds), "{reset:?}");
+        }
+        let r = ask(&mut c, request("rides", &[("user_id", "alice")], 0)).await;
+        assert_eq!((r.overall_code, r.statuses[0].code), (OVER, OVER));
+        assert_eq!(r.statuses[0].limit_remaining, 0);
+        // Another value of the bare key has its own counter; unknown descriptors and
+        // domains have no limit.
+        let r = ask(&mut c, request("rides", &[("user_id", "bob")], 0)).await;
+        assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 4));
+        let r = ask(&mut c, request("rides", &[("path", "/x")], 0)).await;
+        assert_eq!(
+            (r.overall_code, r.statuses[0].current_limit.is_none()),
+            (OK, true)
+        );
+        let r = ask(&mut c, request("nope", &[("user_id", "alice")], 0)).await;
+        assert_eq!(r.overall_code, OK);
+        // Shadow mode: over its limit, still OK, counted.
+        for _ in 0..4 {
+            let r = ask(&mut c, request("rides", &[("generic_key", "shadow")], 0)).await;
+            assert_eq!(r.overall_code, OK);
+        }
+        // Malformed: an empty domain is INVALID_ARGUMENT (as envoyproxy/ratelimit).
+        let e = c
+            .should_rate_limit(request("", &[("a", "b")], 0))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    });
+    // The counter lives in Redis, under the limit's rule name and the descriptor.
+    let keys = redis.cli(&["KEYS", "rl:*"]);
+    assert!(
+        keys.contains("{envoy/rides.user_id:user_id=alice}"),
+        "{keys}"
+    );
+    let body = scrape(metrics);
+    let path = [("domain", "rides"), ("descriptor", "rides.user_id")];
+    assert_eq!(
+        metric(
+            &body,
+            "ratelimitd_envoy_descriptors_total",
+            &[path[0], path[1], ("code", "ok")]
+        ),
+        6.0,
+        "{body}"
+    );
+    assert_eq!(
+        metric(
+            &body,
+            "ratelimitd_envoy_descriptors_total",
+            &[path[0], path[1], ("code", "over_limit")]
+        ),
+        1.0
+    );
+    let shadow = [
+        ("descriptor", "rides.generic_key_shadow"),
+        ("code", "shadow_over_limit"),
+    ];
+    assert_eq!(
+        metric(&body, "ratelimitd_envoy_descriptors_total", &shadow),
+        2.0,
+        "{body}"
+    );
+    let redis_decisions = metric(
+        &body,
+        "ratelimitd_decisions_total",
+        &[("rule", "envoy/rides.user_id"), ("source", "redis")],
+    );
+    assert!(redis_decisions >= 6.0, "{body}");
+    // YAML limits share their local limit by the daemons alive (fallback.hosts = "auto",
+    // the default): the heartbeat runs.
+    assert!(
+        d.log().contains("daemon(s) alive in Redis"),
+        "{}",
+        d.log_tail(20)
+    );
+    drop(d);
+}
+
+/// 1.5 × the cores: above this load average the latency bound is reported, not checked.
+fn overloaded() -> Option<String> {
+    let load: f64 = std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split(' ')
+        .next()?
+        .parse()
+        .ok()?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    (load > 1.5 * cores).then(|| format!("load average {load} > 1.5 x {cores} cores"))
+}
+
+#[test]
+fn frozen_redis_answered_locally_within_the_timeout_then_redis_again() {
+    let _serial = serial();
+    let timeout_ms = 25;
+    let redis = RedisStandalone::start();
+    let (d, grpc, metrics, _dir) = daemon(&redis_config(&redis, timeout_ms), LIMITS);
+    let rt = runtime();
+    let mut c = rt.block_on(client(grpc));
+    rt.block_on(ask(&mut c, request("rides", &[("user_id", "u0")], 0)));
+    redis.signal(libc::SIGSTOP);
+    let mut took = Vec::new();
+    for i in 0..200 {
+        let t = Instant::now();
+        let r = rt.block_on(ask(
+            &mut c,
+            request("rides", &[("user_id", &format!("u{i}"))], 0),
+        ));
+        took.push(t.elapsed());
+        assert_eq!(
+            r.statuses[0]
+                .current_limit
+                .as_ref()
+                .map(|l| l.requests_per_unit),
+            Some(5)
+        );
+    }
+    took.sort();
+    let p99 = took[took.len() * 99 / 100];
+    let bound = Duration::from_millis(timeout_ms + 5);
+    println!(
+        "Redis frozen: 200 RLS calls answered, p99 {p99:?}, max {:?} (bound {bound:?})",
+        took[took.len() - 1]
+    );
+    match overloaded() {
+        Some(why) if p99 > bound => println!("SKIP latency bound: p99 {p99:?} > {bound:?}; {why}"),
+        _ => assert!(p99 <= bound, "p99 {p99:?} > {bound:?}"),
+    }
+    let local = |body: &str| {
+        metric(
+            body,
+            "ratelimitd_decisions_total",
+            &[("rule", "envoy/rides.user_id"), ("source", "local")],
+        )
+    };
+    assert!(local(&scrape(metrics)) > 0.0);
+    redis.signal(libc::SIGCONT);
+    // Back in Redis within a few seconds of it answering (the prober's interval).
+    let redis_decisions = |body: &str| {
+        metric(
+            body,
+            "ratelimitd_decisions_total",
+            &[("rule", "envoy/rides.user_id"), ("source", "redis")],
+        )
+    };
+    let before = redis_decisions(&scrape(metrics));
+    let back = wait_until(Duration::from_secs(10), || {
+        rt.block_on(ask(&mut c, request("rides", &[("user_id", "again")], 0)));
+        redis_decisions(&scrape(metrics)) > before
+    });
+    assert!(back, "no Redis decision after SIGCONT:\n{}", d.log_tail(20));
+}
+
+/// Past `server.redis_max_in_flight` (Redis frozen, every slot held by a call waiting
+/// on it), RLS calls are still answered, decided without Redis: never a gRPC error,
+/// which would hand the decision to Envoy's `failure_mode_deny`.
+#[test]
+fn requests_past_the_in_flight_cap_are_decided_locally_not_refused() {
+    let _serial = serial();
+    let redis = RedisStandalone::start();
+    let config = format!(
+        "[server]\nredis_max_in_flight = 2\n\n{}",
+        redis_config(&redis, 500)
+    );
+    let (_d, grpc, metrics, _dir) = daemon(&config, LIMITS);
+    let rt = runtime();
+    let mut c = rt.block_on(client(grpc));
+    let in_redis = wait_until(Duration::from_secs(10), || {
+        rt.block_on(ask(&mut c, request("rides", &[("user_id", "warm")], 0)));
+        metric(
+            &scrape(metrics),
+            "ratelimitd_decisions_total",
+            &[("rule", "envoy/rides.user_id"), ("source", "redis")],
+        ) > 0.0
+    });
+    assert!(in_redis, "no decision in Redis before the freeze");
+    redis.signal(libc::SIGSTOP);
+    // 20 calls at once: two take the Redis slots and wait on the frozen Redis (up to
+    // the 500 ms timeout, long before its breaker could open); the other 18 find no
+    // slot.
+    let answers = rt.block_on(async {
+        let calls = (0..20).map(|i| {
+            let mut c = c.clone();
+            async move {
+                c.should_rate_limit(request("rides", &[("user_id", &format!("cap{i}"))], 1))
+                    .await
+            }
+        });
+        futures::future::join_all(calls).await
+    });
+    redis.signal(libc::SIGCONT);
+    let mut limited = 0;
+    for a in answers {
+        let r = a.expect("an answer, never a gRPC error").into_inner();
+        if r.statuses[0].current_limit.is_some() {
+            limited += 1;
+        }
+    }
+    assert_eq!(limited, 20, "every answer carries its limit");
+    let local = metric(
+        &scrape(metrics),
+        "ratelimitd_decisions_total",
+        &[("rule", "envoy/rides.user_id"), ("source", "local")],
+    );
+    println!("in-flight cap 2, Redis frozen: 20 calls answered, {local} decided locally");
+    assert!(local >= 18.0, "{local} local decisions");
+}
+
+#[test]
+fn sighup_reloads_the_yaml_atomically() {
+    let _serial = serial();
+    let (d, grpc, _, dir) = daemon("", LIMITS);
+    let file = dir.path().join("rides.yaml");
+    let rt = runtime();
+    let mut c = rt.block_on(client(grpc));
+    let limit = |c: &mut RateLimitServiceClient<Channel>| {
+        let r = rt.block_on(ask(c, request("rides", &[("user_id", "z")], 0)));
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit)
+    };
+    assert_eq!(limit(&mut c), Some(5));
+    let nine = LIMITS.replace("requests_per_unit: 5", "requests_per_unit: 9");
+    std::fs::write(&file, &nine).unwrap();
+    d.signal(libc::SIGHUP);
+    assert!(wait_until(Duration::from_secs(5), || limit(&mut c) == Some(9)));
+    // A bad file: the old limits stay, the log names file and line.
+    let bad = nine.replace(
+        "requests_per_unit: 9",
+        "requests_per_unit: 1\n      burst: 2",
+    );
+    std::fs::write(&file, bad).unwrap();
+    d.signal(libc::SIGHUP);
+    let want = format!(
+        "{}:7: descriptors[0].rate_limit.burst: unknown field",
+        file.display()
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || d.log().contains(&want)),
+        "{}",
+        d.log_tail(10)
+    );
+    assert_eq!(limit(&mut c), Some(9));
+}
+
+#[test]
+fn unix_socket_listener() {
+    let _serial = serial();
+    let dir = short_tempdir("rld-rls-");
+    let sock = dir.path().join("rls.sock");
+    let d = Daemon::start(&format!("[envoy]\nlisten = \"unix:{}\"\n", sock.display()));
+    let rt = runtime();
+    let path = sock.clone();
+    let r = rt.block_on(async move {
+        assert!(wait_until(Duration::from_secs(5), || path.exists()));
+        let ch = Endpoint::from_static("http://localhost")
+            .connect_with_connector(tower::service_fn(move |_| {
+                let path = path.clone();
+                async move {
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                        tokio::net::UnixStream::connect(path).await?,
+                    ))
+                }
+            }))
+            .await
+            .unwrap();
+        ask(
+            &mut RateLimitServiceClient::new(ch),
+            request("any", &[("k", "v")], 0),
+        )
+        .await
+    });
+    assert_eq!(r.overall_code, OK);
+    assert!(
+        d.log().contains("no limit is configured"),
+        "{}",
+        d.log_tail(10)
+    );
+    drop(d);
+}
+
+#[test]
+fn redis_cluster_frozen_primary_only_its_keys_decided_locally() {
+    let _serial = serial();
+    let cluster = RedisCluster::start();
+    let redis = format!(
+        "[redis]\nmode = \"cluster\"\nnodes = {}\ntimeout_ms = 50\n",
+        toml_str_array(&cluster.addrs())
+    );
+    let (d, grpc, metrics, _dir) = daemon(&redis, LIMITS);
+    let rt = runtime();
+    let mut c = rt.block_on(client(grpc));
+    let source = |s: &str| {
+        metric(
+            &scrape(metrics),
+            "ratelimitd_decisions_total",
+            &[("rule", "envoy/rides.user_id"), ("source", s)],
+        )
+    };
+    // Every user's counter in Redis, spread over the primaries' slots.
+    for i in 0..60 {
+        let r = rt.block_on(ask(
+            &mut c,
+            request("rides", &[("user_id", &format!("c{i}"))], 0),
+        ));
+        assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 4));
+    }
+    assert_eq!(source("redis"), 60.0);
+    let keys = cluster.all_keys();
+    assert_eq!(
+        keys.iter()
+            .filter(|k| k.contains("{envoy/rides.user_id:"))
+            .count(),
+        60
+    );
+    // One primary frozen: its users are decided locally, the others still in Redis,
+    // and every call is answered.
+    let frozen = cluster.primary_addrs()[0].clone();
+    cluster.signal_node(&frozen, libc::SIGSTOP);
+    for round in 0..3 {
+        for i in 0..60 {
+            let r = rt.block_on(ask(
+                &mut c,
+                request("rides", &[("user_id", &format!("c{i}"))], 0),
+            ));
+            assert_eq!(r.statuses[0].code, OK, "round {round} user c{i}");
+        }
+    }
+    cluster.signal_node(&frozen, libc::SIGCONT);
+    let (redis_n, local_n) = (source("redis"), source("local"));
+    println!("one primary of three frozen: {redis_n} decisions in Redis, {local_n} local");
+    assert!(local_n > 0.0 && redis_n > 60.0 + 60.0, "{}", d.log_tail(20));
+}

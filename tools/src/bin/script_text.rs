@@ -1,0 +1,58 @@
+//! Prints the text of a script the daemon sends Redis, as the daemon builds it, for
+//! tools that run it outside the daemon (`benches/script_instructions.sh`):
+//!
+//! ```text
+//! cargo run -p ratelimitd-tools --bin script_text -- batch         # the batch script (lua/batch.lua)
+//! cargo run -p ratelimitd-tools --bin script_text -- token_bucket  # an algorithm's own script
+//! ```
+//!
+//! Run bare (and under `cargo test`), it checks that every algorithm has its
+//! function in the batch script and prints nothing.
+
+use ratelimitd::algorithm::Kind;
+use ratelimitd::store::scripts::batch_lua;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let wanted = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let Some(name) = wanted else {
+        let missing = missing_in_batch();
+        if missing.is_empty() {
+            return ExitCode::SUCCESS;
+        }
+        eprintln!("script_text: the batch script lacks {missing:?}");
+        return ExitCode::FAILURE;
+    };
+    if name == "batch" {
+        print!("{}", batch_lua());
+        return ExitCode::SUCCESS;
+    }
+    match Kind::from_name(&name) {
+        Some(kind) => {
+            print!("{}", kind.spec().lua);
+            ExitCode::SUCCESS
+        }
+        None => {
+            eprintln!("script_text: no script named {name:?} (batch, or an algorithm's name)");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The algorithms whose function the batch script lacks (none, when it is whole).
+fn missing_in_batch() -> Vec<&'static str> {
+    let batch = batch_lua();
+    Kind::ALL
+        .iter()
+        .filter(|k| !batch.contains(&format!("local function decide_{}(", **k as usize)))
+        .map(|k| k.spec().name)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_batch_script_has_every_algorithm() {
+        assert_eq!(super::missing_in_batch(), Vec::<&str>::new());
+    }
+}
