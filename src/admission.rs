@@ -138,7 +138,7 @@ impl Peer {
 
     /// One slot for a request to Redis, or `None` if this peer's uid holds its share or
     /// the daemon is at its cap (the request is then answered `ERR BUSY`).
-    pub fn redis_slot(&self) -> Option<RedisSlot> {
+    pub fn call_permit(&self) -> Option<CallPermit> {
         let limits = self.in_flight.limits;
         if !take(&self.share.in_flight, limits.per_uid) {
             return None;
@@ -147,7 +147,7 @@ impl Peer {
             self.share.in_flight.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
-        Some(RedisSlot {
+        Some(CallPermit {
             share: Some(Arc::clone(&self.share)),
             in_flight: Arc::clone(&self.in_flight),
         })
@@ -156,11 +156,11 @@ impl Peer {
     /// One slot of the daemon's cap only, for a call to Redis that no client waits for
     /// (the deny cache's refresh): it does not count against the uid's share, which
     /// bounds what a client itself has waiting. `None` when the daemon is at its cap.
-    pub fn background_slot(&self) -> Option<RedisSlot> {
+    pub fn background_permit(&self) -> Option<CallPermit> {
         if !take(&self.in_flight.total, self.in_flight.limits.total) {
             return None;
         }
-        Some(RedisSlot {
+        Some(CallPermit {
             share: None,
             in_flight: Arc::clone(&self.in_flight),
         })
@@ -200,13 +200,13 @@ impl Drop for UidConnection {
 
 /// One request in flight to Redis; the slot is given back on drop.
 #[derive(Debug)]
-pub struct RedisSlot {
+pub struct CallPermit {
     /// The uid's share it counts in (`None`: a background call, the daemon's cap only).
     share: Option<Arc<UidShare>>,
     in_flight: Arc<InFlight>,
 }
 
-impl Drop for RedisSlot {
+impl Drop for CallPermit {
     fn drop(&mut self) {
         if let Some(share) = &self.share {
             share.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -239,12 +239,15 @@ mod tests {
             per_uid: 1,
         });
         let a = f.peer(1, 1);
-        let bg = a.background_slot().expect("a background slot");
+        let bg = a.background_permit().expect("a background slot");
         assert_eq!(a.uid_in_flight(), 0, "not in the uid's share");
-        let held = a.redis_slot().expect("the uid's own slot");
-        assert!(a.background_slot().is_none(), "the daemon is at its total");
+        let held = a.call_permit().expect("the uid's own slot");
+        assert!(
+            a.background_permit().is_none(),
+            "the daemon is at its total"
+        );
         drop(bg);
-        assert!(a.background_slot().is_some());
+        assert!(a.background_permit().is_some());
         drop(held);
         assert_eq!(a.uid_in_flight(), 0);
     }
@@ -256,19 +259,19 @@ mod tests {
             per_uid: 3,
         });
         let (a1, a2, b) = (f.peer(1, 1), f.peer(1, 1), f.peer(2, 2));
-        let mut held: Vec<RedisSlot> = (0..3).map(|_| a1.redis_slot().unwrap()).collect();
+        let mut held: Vec<CallPermit> = (0..3).map(|_| a1.call_permit().unwrap()).collect();
         // The uid's second connection shares its count.
-        assert!(a2.redis_slot().is_none() && a1.redis_slot().is_none());
+        assert!(a2.call_permit().is_none() && a1.call_permit().is_none());
         assert_eq!(a2.uid_in_flight(), 3);
-        held.push(b.redis_slot().unwrap());
-        held.push(b.redis_slot().unwrap());
+        held.push(b.call_permit().unwrap());
+        held.push(b.call_permit().unwrap());
         // The daemon is at its total: uid 2 is below its share but refused.
-        assert!(b.redis_slot().is_none());
+        assert!(b.call_permit().is_none());
         assert_eq!(b.uid_in_flight(), 2);
         assert_eq!(f.total(), 5);
         held.truncate(1);
         assert_eq!(f.total(), 1);
-        assert!(a2.redis_slot().is_some());
+        assert!(a2.call_permit().is_some());
     }
 
     #[tokio::test]
@@ -278,7 +281,7 @@ mod tests {
             per_uid: 1,
         });
         let peer = f.peer(1, 1);
-        let slot = peer.redis_slot().unwrap();
+        let slot = peer.call_permit().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let mut call = UntilDone::new(
             async move {
@@ -293,7 +296,7 @@ mod tests {
             .is_err());
         drop(call);
         assert_eq!(f.total(), 1, "still in flight");
-        assert!(peer.redis_slot().is_none());
+        assert!(peer.call_permit().is_none());
         tx.send(()).unwrap();
         for _ in 0..100 {
             if f.total() == 0 {
@@ -302,7 +305,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(f.total(), 0, "freed once the call ended");
-        assert!(peer.redis_slot().is_some());
+        assert!(peer.call_permit().is_some());
     }
 
     #[test]

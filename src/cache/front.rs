@@ -20,7 +20,7 @@
 //!
 //! Memory: 80 bytes per slot, 320 kB per runtime thread that decided from the cache.
 
-use super::Entry;
+use super::CachedDeny;
 use crate::key::KeyHash;
 use std::cell::RefCell;
 
@@ -29,15 +29,15 @@ use std::cell::RefCell;
 const SLOTS: usize = 4096;
 
 #[derive(Clone, Copy)]
-struct Slot {
+struct Memo {
     /// The [`super::DenyCache`] the entry is from.
     owner: u64,
     key: KeyHash,
-    entry: Entry,
+    entry: CachedDeny,
 }
 
 thread_local! {
-    static MEMO: RefCell<Vec<Option<Slot>>> = const { RefCell::new(Vec::new()) };
+    static MEMO: RefCell<Vec<Option<Memo>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A new owner id, unique in this process.
@@ -53,7 +53,7 @@ fn slot_of(key: KeyHash) -> usize {
 
 /// The entry this thread memoized for `key` of `owner`'s cache, if any (fresh or not:
 /// the caller checks).
-pub(super) fn get(owner: u64, key: KeyHash) -> Option<Entry> {
+pub(super) fn get(owner: u64, key: KeyHash) -> Option<CachedDeny> {
     MEMO.with(|memo| {
         let memo = memo.borrow();
         match memo.get(slot_of(key)) {
@@ -65,13 +65,13 @@ pub(super) fn get(owner: u64, key: KeyHash) -> Option<Entry> {
 
 /// Memoizes `entry` for `key` of `owner`'s cache on this thread (replacing what its slot
 /// held).
-pub(super) fn put(owner: u64, key: KeyHash, entry: Entry) {
+pub(super) fn put(owner: u64, key: KeyHash, entry: CachedDeny) {
     MEMO.with(|memo| {
         let mut memo = memo.borrow_mut();
         if memo.is_empty() {
             memo.resize(SLOTS, None);
         }
-        memo[slot_of(key)] = Some(Slot { owner, key, entry });
+        memo[slot_of(key)] = Some(Memo { owner, key, entry });
     })
 }
 
@@ -93,7 +93,7 @@ mod tests {
 
     #[test]
     fn a_slot_is_80_bytes_and_owners_keep_apart() {
-        assert_eq!(std::mem::size_of::<Option<Slot>>(), 80);
+        assert_eq!(std::mem::size_of::<Option<Memo>>(), 80);
         let (a, b) = (new_owner(), new_owner());
         assert_ne!(a, b);
         assert!(get(a, 7).is_none());

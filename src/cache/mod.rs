@@ -25,14 +25,14 @@ mod front;
 mod page;
 
 #[derive(Debug, Clone, Copy)]
-struct Entry {
+struct CachedDeny {
     decision: Decision,
     cost: u32,
     /// When Redis was asked, wall clock µs.
     at_us: f64,
     /// How long the entry answers as fresh, µs. Past it, the entry still answers until
     /// the grace is over, while the refresh one request claimed
-    /// ([`page::Slot::claimed`]) is in flight.
+    /// ([`page::PageSlot::claimed`]) is in flight.
     ttl_us: f64,
     /// The cache's generation when the request that Redis answered was made, its low
     /// 32 bits (two generations 2³² reloads apart would have to meet within one DENY's
@@ -144,7 +144,7 @@ impl DenyCache {
         }
         let generation = low_bits(generation);
         let ttl = self.ttl.min(Duration::from_millis(decision.wait_ms));
-        let entry = Entry {
+        let entry = CachedDeny {
             decision: *decision,
             cost,
             at_us: asked_us,
@@ -153,7 +153,7 @@ impl DenyCache {
         };
         // A slot that can no longer answer: of an earlier generation, or past its ttl
         // and any grace (`asked_us` stands in for now: at most a Redis call earlier).
-        let dead = |e: &Entry| {
+        let dead = |e: &CachedDeny| {
             e.generation != generation || asked_us - e.at_us >= e.ttl_us + self.grace_us
         };
         entries.entry(id).and_compute_with(|current| {
@@ -271,7 +271,7 @@ fn low_bits(generation: u64) -> u32 {
 
 /// The cached DENY of `entry`, `elapsed` µs after Redis was asked: `reset_ms` and
 /// `wait_ms` reduced by the whole ms since (`wait_ms` at least 1), `source = cache`.
-fn answer(entry: &Entry, elapsed: f64) -> Decision {
+fn answer(entry: &CachedDeny, elapsed: f64) -> Decision {
     let elapsed_ms = (elapsed / 1000.0) as u64;
     let d = entry.decision;
     Decision {

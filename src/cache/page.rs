@@ -12,7 +12,7 @@
 //! to one page never lose each other's slots, and drops the slots that can no longer
 //! answer on the way.
 
-use super::Entry;
+use super::CachedDeny;
 use crate::key::KeyHash;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -31,19 +31,19 @@ pub(super) const MAX_SLOTS: usize = 32;
 
 /// One key's DENY in a page.
 #[derive(Debug)]
-pub(super) struct Slot {
+pub(super) struct PageSlot {
     pub key: KeyHash,
-    pub entry: Entry,
+    pub entry: CachedDeny,
     /// Set by the one request that claims the refresh of the expired entry: the page is
     /// shared, read-only otherwise, so the claim is a flag flipped once, not a write to
     /// moka. A copy of the page (another key's write) carries it over.
     pub claimed: AtomicBool,
 }
 
-impl Slot {
+impl PageSlot {
     /// `entry` under `key`, not claimed.
-    pub fn new(key: KeyHash, entry: Entry) -> Self {
-        Slot {
+    pub fn new(key: KeyHash, entry: CachedDeny) -> Self {
+        PageSlot {
             key,
             entry,
             claimed: AtomicBool::new(false),
@@ -51,9 +51,9 @@ impl Slot {
     }
 }
 
-impl Clone for Slot {
+impl Clone for PageSlot {
     fn clone(&self) -> Self {
-        Slot {
+        PageSlot {
             key: self.key,
             entry: self.entry,
             claimed: AtomicBool::new(self.claimed.load(Ordering::Acquire)),
@@ -62,7 +62,7 @@ impl Clone for Slot {
 }
 
 /// A page's value in moka: its slots, in no particular order, at most one per key.
-pub(super) type Page = Arc<[Slot]>;
+pub(super) type Page = Arc<[PageSlot]>;
 
 /// Which page of `pages` (≥ 1) holds `key`: the key's high bits scaled to the page
 /// count (multiply-shift, uniform because the key is a well-mixed hash), spread again
@@ -74,12 +74,12 @@ pub(super) fn page_of(key: KeyHash, pages: u64) -> u64 {
 }
 
 /// The entry `page` holds for `key`.
-pub(super) fn find(page: &[Slot], key: KeyHash) -> Option<Entry> {
+pub(super) fn find(page: &[PageSlot], key: KeyHash) -> Option<CachedDeny> {
     slot(page, key).map(|s| s.entry)
 }
 
 /// The slot `page` holds for `key`.
-pub(super) fn slot(page: &[Slot], key: KeyHash) -> Option<&Slot> {
+pub(super) fn slot(page: &[PageSlot], key: KeyHash) -> Option<&PageSlot> {
     page.iter().find(|s| s.key == key)
 }
 
@@ -88,11 +88,11 @@ pub(super) fn slot(page: &[Slot], key: KeyHash) -> Option<&Slot> {
 /// oldest slot when that would still leave more than `max_slots` (at least 1, at most
 /// [`MAX_SLOTS`]).
 pub(super) fn with(
-    page: Option<&[Slot]>,
+    page: Option<&[PageSlot]>,
     key: KeyHash,
-    entry: Entry,
+    entry: CachedDeny,
     max_slots: usize,
-    dead: impl Fn(&Entry) -> bool,
+    dead: impl Fn(&CachedDeny) -> bool,
 ) -> Page {
     let page = page.unwrap_or_default();
     // The indices of the slots kept (a page never holds more than MAX_SLOTS), so that
@@ -114,13 +114,13 @@ pub(super) fn with(
     keep[..n]
         .iter()
         .map(|&i| page[usize::from(i)].clone())
-        .chain(std::iter::once(Slot::new(key, entry)))
+        .chain(std::iter::once(PageSlot::new(key, entry)))
         .collect()
 }
 
 /// A copy of `page` without `key`'s slot, or `None` when nothing would be left.
-pub(super) fn without(page: &[Slot], key: KeyHash) -> Option<Page> {
-    let slots: Vec<Slot> = page.iter().filter(|s| s.key != key).cloned().collect();
+pub(super) fn without(page: &[PageSlot], key: KeyHash) -> Option<Page> {
+    let slots: Vec<PageSlot> = page.iter().filter(|s| s.key != key).cloned().collect();
     (!slots.is_empty()).then(|| slots.into())
 }
 
@@ -134,8 +134,8 @@ mod tests {
     use super::*;
     use crate::decision::{Decision, Source};
 
-    fn entry(at_us: f64) -> Entry {
-        Entry {
+    fn entry(at_us: f64) -> CachedDeny {
+        CachedDeny {
             decision: Decision {
                 allowed: false,
                 limit: 10,
@@ -153,7 +153,7 @@ mod tests {
 
     #[test]
     fn a_slot_is_80_bytes() {
-        assert_eq!(std::mem::size_of::<Slot>(), 80);
+        assert_eq!(std::mem::size_of::<PageSlot>(), 80);
     }
 
     #[test]

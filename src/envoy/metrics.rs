@@ -30,7 +30,7 @@ pub struct LimitCounters([Counter; 4]);
 
 /// What a descriptor got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Verdict {
     /// Within its limit.
     Ok = 0,
     /// Over its limit.
@@ -59,7 +59,7 @@ impl LimitCounters {
     }
 
     /// Counts one descriptor.
-    pub fn record(&self, outcome: Outcome) {
+    pub fn record(&self, outcome: Verdict) {
         self.0[outcome as usize].increment(1);
     }
 }

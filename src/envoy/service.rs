@@ -13,7 +13,7 @@
 //! the same request is over its limit (as in envoyproxy/ratelimit; docs/ENVOY.md).
 
 use super::limits::{rule_name, Decider, Limit, Shared, Unit};
-use super::metrics::{self as m, LimitCounters, Outcome};
+use super::metrics::{self as m, LimitCounters, Verdict};
 use super::response::{ietf_headers, status};
 use crate::admission::Peer;
 use crate::algorithm::{Algorithm, Kind as Algo, Per, MAX_LIMIT};
@@ -145,9 +145,9 @@ pub struct Rls {
 }
 
 /// What one descriptor waits for.
-enum Pending {
+enum DescriptorCall {
     /// Answered without the limiter.
-    Done(DescriptorStatus, Option<(Arc<Limit>, Outcome)>),
+    Done(DescriptorStatus, Option<(Arc<Limit>, Verdict)>),
     /// Decided by the limiter: the check, its limit, and whether it can never pass.
     Check(Check, Arc<Limit>, bool),
 }
@@ -214,7 +214,7 @@ impl Rls {
                 .filter(|(l, _, _)| l.name.is_empty() || !replaced.contains(&l.name.as_str()))
             else {
                 m::no_limit(&active.limits, &req.domain);
-                pending.push(Pending::Done(status(Code::Ok, None, 0, 0), None));
+                pending.push(DescriptorCall::Done(status(Code::Ok, None, 0, 0), None));
                 continue;
             };
             let hits = d
@@ -222,7 +222,8 @@ impl Rls {
                 .map_or(u64::from(req.hits_addend.max(1)), |h| h.value);
             pending.push(self.start(&active, limit, key, over.as_ref(), hits, &mut clock));
         }
-        let decided = futures::future::join_all(pending.into_iter().map(Pending::settle)).await;
+        let decided =
+            futures::future::join_all(pending.into_iter().map(DescriptorCall::settle)).await;
         Ok(active.respond(decided))
     }
 
@@ -236,18 +237,18 @@ impl Rls {
         over: Option<&Arc<Override>>,
         hits: u64,
         clock: &mut BatchClock,
-    ) -> Pending {
+    ) -> DescriptorCall {
         let limit = Arc::clone(limit);
         match &limit.decider {
-            Decider::Unlimited => Pending::Done(
+            Decider::Unlimited => DescriptorCall::Done(
                 status(Code::Ok, None, u32::MAX, 0),
-                Some((Arc::clone(&limit), Outcome::Unlimited)),
+                Some((Arc::clone(&limit), Verdict::Unlimited)),
             ),
             Decider::Never => {
                 let s = limit.unit.map_or(1, |u| u.seconds()) * 1000;
                 let now_ms = (crate::clock::wall_clock_us() / 1000.0) as u64;
                 let st = status(Code::OverLimit, Some(&limit), 0, s - now_ms % s);
-                Pending::Done(st, Some((Arc::clone(&limit), Outcome::OverLimit)))
+                DescriptorCall::Done(st, Some((Arc::clone(&limit), Verdict::OverLimit)))
             }
             Decider::Rule(rule) => {
                 let never = hits > rule.limit();
@@ -262,7 +263,7 @@ impl Rls {
                 let check =
                     self.limiter
                         .check_detached(detached, key.as_bytes(), cost, clock, &self.peer);
-                Pending::Check(check, limit, never)
+                DescriptorCall::Check(check, limit, never)
             }
         }
     }
@@ -273,7 +274,7 @@ impl Rls {
 type Found = Option<(Arc<Limit>, String, Option<Arc<Override>>)>;
 
 /// A descriptor's answer, and its limit and outcome for the metrics.
-type Answer = (DescriptorStatus, Option<(Arc<Limit>, Outcome)>);
+type DescriptorAnswer = (DescriptorStatus, Option<(Arc<Limit>, Verdict)>);
 
 impl Active {
     /// The limit of descriptor `d` in `domain`: the configured one, or the `limit` Envoy
@@ -304,7 +305,7 @@ impl Active {
 
     /// The response to the descriptors' answers, in their order: `OVER_LIMIT` if any
     /// is, each outcome counted on its limit's series.
-    fn respond(&self, answers: Vec<Answer>) -> RateLimitResponse {
+    fn respond(&self, answers: Vec<DescriptorAnswer>) -> RateLimitResponse {
         let mut response = RateLimitResponse {
             overall_code: Code::Ok as i32,
             ..Default::default()
@@ -330,12 +331,12 @@ impl Active {
     }
 }
 
-impl Pending {
+impl DescriptorCall {
     /// The descriptor's answer: at once, or when the limiter has decided.
-    async fn settle(self) -> Answer {
+    async fn settle(self) -> DescriptorAnswer {
         let (check, limit, never) = match self {
-            Pending::Done(st, outcome) => return (st, outcome),
-            Pending::Check(check, limit, never) => (check, limit, never),
+            DescriptorCall::Done(st, outcome) => return (st, outcome),
+            DescriptorCall::Check(check, limit, never) => (check, limit, never),
         };
         let decided = match check {
             Check::Ready(Ok(d)) => d,
@@ -358,9 +359,9 @@ impl Pending {
             Code::Ok
         };
         let outcome = match (over, limit.shadow_mode) {
-            (false, _) => Outcome::Ok,
-            (true, false) => Outcome::OverLimit,
-            (true, true) => Outcome::ShadowOverLimit,
+            (false, _) => Verdict::Ok,
+            (true, false) => Verdict::OverLimit,
+            (true, true) => Verdict::ShadowOverLimit,
         };
         (
             status(code, Some(&limit), remaining, d.reset_ms),

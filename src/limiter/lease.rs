@@ -61,7 +61,7 @@ impl<S: Store> Limiter<S> {
         let Some(route) = redis.route(&slot.home.key) else {
             return self.fallback(entry, key, cost);
         };
-        let Some(in_flight) = peer.redis_slot() else {
+        let Some(in_flight) = peer.call_permit() else {
             return self.no_redis_slot(entry, key, cost, peer);
         };
         let (this, redis, entry) = (Arc::clone(self), Arc::clone(redis), Arc::clone(entry));

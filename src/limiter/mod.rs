@@ -376,7 +376,7 @@ impl<S: Store> Limiter<S> {
         // the primary is down or the daemon at its cap of calls in flight to Redis: then
         // the entry lapses at the end of its grace).
         if let Some(cached) = refresh {
-            if let (Some(route), Some(slot)) = (route, peer.background_slot()) {
+            if let (Some(route), Some(slot)) = (route, peer.background_permit()) {
                 self.refreshes.push(query(route), slot);
             }
             return decided(cached);
@@ -385,7 +385,7 @@ impl<S: Store> Limiter<S> {
             let now = clock.now_us();
             return decided(decide_without_redis(&self.local, rule, key, cost, now));
         };
-        let Some(slot) = peer.redis_slot() else {
+        let Some(slot) = peer.call_permit() else {
             return self.no_redis_slot(entry, key, cost, peer);
         };
         Check::Redis(Box::pin(query(route).decide(slot)))

@@ -9,7 +9,7 @@
 //! already answered from the cache.
 
 use super::{ActiveRule, Decided, Limiter};
-use crate::admission::RedisSlot;
+use crate::admission::CallPermit;
 use crate::algorithm::Outcome;
 use crate::clock::local_clock_us;
 use crate::config::{OnRedisFailure, Rule};
@@ -40,7 +40,7 @@ pub(super) struct Query<S: Store> {
 impl<S: Store> Query<S> {
     /// The decision a client waits for: Redis's, or on a Redis failure the rule's
     /// `on_redis_failure`, never an error.
-    pub(super) async fn decide(self, slot: RedisSlot) -> Decided {
+    pub(super) async fn decide(self, slot: CallPermit) -> Decided {
         let rule = &self.entry.rule;
         let decision = match self.call(slot, false).await {
             Ok(o) => {
@@ -70,7 +70,7 @@ impl<S: Store> Query<S> {
     /// a dry run whose DENY replaces the entry and whose ALLOW drops it (the next request
     /// asks Redis for real). A failure leaves the entry to lapse at the end of its grace.
     /// Outside a Tokio runtime nothing starts, with the same effect.
-    pub(super) fn refresh(self, slot: RedisSlot) {
+    pub(super) fn refresh(self, slot: CallPermit) {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 let rule = &self.entry.rule;
@@ -95,7 +95,7 @@ impl<S: Store> Query<S> {
     ///
     /// # Errors
     /// The [`StoreError`] of a failed call, already counted.
-    async fn call(&self, slot: RedisSlot, peek: bool) -> Result<Outcome, StoreError> {
+    async fn call(&self, slot: CallPermit, peek: bool) -> Result<Outcome, StoreError> {
         let rule = &self.entry.rule;
         let asked = Instant::now();
         let asked_us = local_clock_us();

@@ -14,7 +14,7 @@
 
 use super::query::Query;
 use super::Limiter;
-use crate::admission::RedisSlot;
+use crate::admission::CallPermit;
 use crate::store::Store;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,7 +31,7 @@ const SHORTEST_WAIT: Duration = Duration::from_millis(1);
 /// Refreshes claimed and not sent yet, with the slot each holds of the daemon's cap of
 /// calls in flight to Redis (so the cap counts them while they wait).
 pub(super) struct Refreshes<S: Store> {
-    waiting: Mutex<Vec<(Query<S>, RedisSlot)>>,
+    waiting: Mutex<Vec<(Query<S>, CallPermit)>>,
     gather: Duration,
 }
 
@@ -48,7 +48,7 @@ impl<S: Store> Refreshes<S> {
     /// a gathering starts its timer; when it fires, every refresh waiting starts at once
     /// ([`Query::refresh`]). Outside a Tokio runtime nothing starts, as for
     /// [`Query::refresh`]: the entry lapses at the end of its grace.
-    pub fn push(&self, query: Query<S>, slot: RedisSlot) {
+    pub fn push(&self, query: Query<S>, slot: CallPermit) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };

@@ -230,7 +230,7 @@ async fn a_peer_at_its_share_of_calls_in_flight_is_told_busy() {
         per_uid: 1,
     });
     let peer = in_flight.peer(7, 7);
-    let held = peer.redis_slot().expect("the one slot");
+    let held = peer.call_permit().expect("the one slot");
     let mut clock = BatchClock::default();
     match limiter.check(b"api", b"k", 1, &mut clock, &peer) {
         Check::Ready(Err(CheckError::Busy { uid: 7, .. })) => {}

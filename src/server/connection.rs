@@ -14,7 +14,7 @@
 //! does not read its replies is simply no longer read (and is closed after
 //! `server.idle_timeout_ms`).
 
-use super::dispatch::{self, Pending};
+use super::dispatch::{self, Answer};
 use super::ConnectionLimits;
 use crate::admission::Peer;
 use crate::clock::BatchClock;
@@ -187,7 +187,7 @@ struct Session<'a> {
     /// Bytes of `rbuf` already answered; dropped from its front before the next read.
     used: usize,
     wbuf: BytesMut,
-    pending: FuturesOrdered<Pending>,
+    pending: FuturesOrdered<Answer>,
     eof: bool,
     quit: bool,
     stopping: bool,
@@ -250,7 +250,7 @@ impl<'a> Session<'a> {
                 Found::TooLong => {
                     crate::metrics::error_reply(ErrorCode::TooLong);
                     self.pending
-                        .push_back(Pending::Ready(Some(Reply::Error(ProtoError::new(
+                        .push_back(Answer::Ready(Some(Reply::Error(ProtoError::new(
                             ErrorCode::TooLong,
                             format!(
                                 "line longer than server.max_line_bytes = {}",
@@ -265,7 +265,7 @@ impl<'a> Session<'a> {
                     match reply {
                         // Nothing ahead of it: a ready reply goes straight out, in order,
                         // without a task node in `pending`.
-                        Pending::Ready(Some(reply)) if self.pending.is_empty() => {
+                        Answer::Ready(Some(reply)) if self.pending.is_empty() => {
                             reply.encode(&mut self.wbuf)
                         }
                         reply => self.pending.push_back(reply),

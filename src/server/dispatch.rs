@@ -15,22 +15,22 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 /// A reply on its way: ready now, or waiting on Redis (bounded by the Redis timeout).
-pub enum Pending {
+pub enum Answer {
     /// Decided without I/O.
     Ready(Option<Reply>),
     /// A Redis decision in flight.
     Redis(Pin<Box<dyn Future<Output = Decided> + Send>>),
 }
 
-impl Future for Pending {
+impl Future for Answer {
     type Output = Reply;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Reply> {
         match self.get_mut() {
-            Pending::Ready(reply) => Poll::Ready(reply.take().unwrap_or_else(|| {
+            Answer::Ready(reply) => Poll::Ready(reply.take().unwrap_or_else(|| {
                 ProtoError::new(ErrorCode::Internal, "reply polled twice").into()
             })),
-            Pending::Redis(fut) => fut
+            Answer::Redis(fut) => fut
                 .as_mut()
                 .poll(cx)
                 .map(|d| Reply::Decision(d.decision, d.window_ms)),
@@ -41,7 +41,7 @@ impl Future for Pending {
 /// Answers one request line (terminator removed) as if this process were the peer, with
 /// no bound on requests in flight (tests, fuzzing). The `bool` is true for `QUIT`: the
 /// connection closes after this reply.
-pub fn handle(limiter: &Arc<Limiter>, line: &[u8]) -> (Pending, bool) {
+pub fn handle(limiter: &Arc<Limiter>, line: &[u8]) -> (Answer, bool) {
     static SELF: std::sync::OnceLock<Peer> = std::sync::OnceLock::new();
     let peer = SELF.get_or_init(|| {
         // SAFETY: getuid/getgid cannot fail.
@@ -58,14 +58,14 @@ pub fn handle_with(
     line: &[u8],
     clock: &mut BatchClock,
     peer: &Peer,
-) -> (Pending, bool) {
-    let ready = |reply: Reply| Pending::Ready(Some(reply));
+) -> (Answer, bool) {
+    let ready = |reply: Reply| Answer::Ready(Some(reply));
     match protocol::parse(line) {
         Ok(Request::Check { rule, key, cost }) => {
             let pending = match limiter.check(rule, key, cost, clock, peer) {
                 Check::Ready(Ok(d)) => ready(Reply::Decision(d.decision, d.window_ms)),
                 Check::Ready(Err(e)) => ready(refusal(e, rule).into()),
-                Check::Redis(fut) => Pending::Redis(fut),
+                Check::Redis(fut) => Answer::Redis(fut),
             };
             (pending, false)
         }

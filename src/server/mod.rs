@@ -11,7 +11,7 @@ pub mod listener;
 pub mod socket;
 
 pub use crate::config::PeerAccess;
-pub use dispatch::Pending;
+pub use dispatch::Answer;
 pub use listener::serve;
 pub use socket::{bind, BindError};
 

@@ -208,7 +208,7 @@ mod stream_property {
     use ratelimitd::config::Config;
     use ratelimitd::limiter::Limiter;
     use ratelimitd::protocol::{ErrorCode, Frame, LineDecoder, ProtoError, Reply};
-    use ratelimitd::server::dispatch::{handle, Pending};
+    use ratelimitd::server::dispatch::{handle, Answer};
     use std::sync::Arc;
     use tokio_util::codec::Decoder;
 
@@ -250,7 +250,7 @@ mod stream_property {
                 let reply = match frame {
                     Frame::TooLong => Reply::Error(ProtoError::new(ErrorCode::TooLong, "too long")),
                     Frame::Line(l) => match handle(limiter, &l).0 {
-                        Pending::Ready(Some(r)) => r,
+                        Answer::Ready(Some(r)) => r,
                         _ => panic!("mode none answers at once"),
                     },
                 };
