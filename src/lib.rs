@@ -14,11 +14,13 @@
 //! * [`protocol`]: line framing, request parsing, reply encoding (pure);
 //! * [`config`]: the TOML configuration, its validation, what a reload changes;
 //! * [`algorithm`]: the algorithms as pure functions and their table (Lua twins in `lua/`);
-//! * [`limiter`]: the decision flow: deny cache → Redis → local;
+//! * [`limiter`]: the decision flow: deny cache → lease → store → local, asking the store
+//!   through one interface ([`store::Store`]);
 //! * [`lease`]: token leases of hot keys (`lease = "auto"`), their per-key state;
 //! * [`cache`]: the deny cache; [`fallback`]: local buckets, fail-open, fail-closed;
 //!   [`saved_hosts`]: the count of daemons alive, kept across restarts;
-//! * [`store`]: Redis: client, scripts, health (circuit and prober);
+//! * [`store`]: the store interface and its Redis implementation (client, scripts,
+//!   routing, health, batching);
 //! * [`server`]: the socket, connections, dispatch of a line to the limiter;
 //! * [`envoy`]: the Envoy Rate Limit Service (gRPC) front end and its YAML limits;
 //! * [`metrics`]: Prometheus metrics (opt-in), served by [`metrics_http`];
