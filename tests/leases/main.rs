@@ -12,6 +12,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod faults;
 mod harness;
 
 use common::*;
