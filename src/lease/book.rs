@@ -148,8 +148,10 @@ impl<H> Book<H> {
     /// call or the sweep.
     pub fn retire(&self) {
         self.counts.generation.fetch_add(1, Ordering::Relaxed);
-        let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-        keys.values().for_each(|k| k.retire());
+        // Every key that kept a grant is in `holding` (a grant still being asked for
+        // is caught by the generation).
+        let holding = self.holding.lock().unwrap_or_else(|p| p.into_inner());
+        holding.values().for_each(|k| k.retire());
     }
 
     /// Keys in the book.

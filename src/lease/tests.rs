@@ -106,6 +106,7 @@ fn a_reload_stops_spending_and_still_names_the_grant() {
     assert_eq!((next.given_back, next.unspent), (4, 6));
     // A lease held at a reload: not spent, named with all it had.
     s.granted(t + 4, &next, grant(5, 5), 50, 100);
+    book.kept(1, &s);
     book.retire();
     assert!(matches!(s.spend(1, t + 5, true), Local::Call { hot: true }));
     let (ask, _flight) = s.give_back(t + 6, &holder()).expect("retired");

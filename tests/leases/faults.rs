@@ -148,3 +148,104 @@ fn a_failed_give_back_admits_no_more_than_the_bucket() {
     );
     assert!(all.allowed() as f64 >= 0.9 * bound, "under-used: {all:?}");
 }
+
+/// The value of the unlabelled series `name` in a scrape.
+fn series(scrape: &str, name: &str) -> f64 {
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in the scrape: {scrape}"))
+}
+
+/// A lease call whose client resets its connection mid-call is no longer counted in
+/// flight (the call's future is dropped; a guard releases the count), and the lease
+/// series report what one daemon did. Every primary is frozen so calls hang until
+/// `redis.timeout_ms` (3 s): one client waits for its answer (counted), another resets
+/// its connection at once (not counted 1.5 s later, well before that timeout).
+#[test]
+fn a_call_abandoned_by_its_client_leaves_no_count_and_the_series_report_leases() {
+    use std::io::Write;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let cluster = RedisCluster::start_with_node_timeout(15_000);
+    let port = free_port();
+    let daemon = Daemon::start(&format!(
+        "[redis]\nmode = \"cluster\"\nnodes = {}\ntimeout_ms = 3000\nprefix = \"rl\"\n\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n{STORM}",
+        toml_str_array(&cluster.addrs())
+    ));
+    // A hot key takes leases; then it goes idle and the sweep gives them back.
+    let mut c = daemon.connect();
+    let lines = vec!["CHECK storm warm".to_string(); 200];
+    let from_leases: usize = (0..5)
+        .map(|_| {
+            let replies = c.pipeline(&lines);
+            replies.iter().filter(|r| r.contains(" lease")).count()
+        })
+        .sum();
+    thread::sleep(Duration::from_millis(2500));
+    let before = scrape(port);
+    let primaries = cluster.primary_addrs();
+    primaries
+        .iter()
+        .for_each(|p| cluster.signal_node(p, libc::SIGSTOP));
+    let mut reset = std::os::unix::net::UnixStream::connect(&daemon.socket).expect("connect");
+    reset.write_all(b"PING\n").expect("write");
+    // PONG waits unread in our buffer: closing now resets the connection.
+    thread::sleep(Duration::from_millis(100));
+    reset.write_all(b"CHECK storm b\n").expect("write");
+    drop(reset);
+    // Sent after the abandoned call: counted only if calls still go out.
+    let socket = daemon.socket.clone();
+    let waiting = thread::spawn(move || {
+        let mut c = Client::connect(&socket);
+        c.set_read_timeout(Duration::from_secs(10));
+        c.pipeline(&["CHECK storm a".to_string()])
+    });
+    thread::sleep(Duration::from_millis(1500));
+    let during = scrape(port);
+    let reply = waiting.join().expect("waiting client");
+    thread::sleep(Duration::from_millis(1500));
+    let after = scrape(port);
+    primaries
+        .iter()
+        .for_each(|p| cluster.signal_node(p, libc::SIGCONT));
+    let in_flight = |s: &str| series(s, "ratelimitd_lease_calls_in_flight");
+    println!(
+        "{from_leases} of 1000 CHECKs from leases; in flight: {} while one call waits and one was abandoned, {} after; before the freeze: {} grants of {} units, {} given back ({} units returned, {} lapsed), {} held, {} keys; reply {reply:?}",
+        in_flight(&during),
+        in_flight(&after),
+        series(&before, "ratelimitd_lease_grants_total"),
+        series(&before, "ratelimitd_lease_granted_units_total"),
+        series(&before, "ratelimitd_lease_give_backs_total"),
+        series(&before, "ratelimitd_lease_returned_units_total"),
+        series(&before, "ratelimitd_lease_lapsed_units_total"),
+        series(&before, "ratelimitd_lease_held"),
+        series(&before, "ratelimitd_lease_keys"),
+    );
+    // Keys warm, b (the abandoned call reached the lease flow) and a.
+    assert_eq!(series(&during, "ratelimitd_lease_keys"), 3.0, "{during}");
+    assert_eq!(in_flight(&during), 1.0, "{during}");
+    assert_eq!(in_flight(&after), 0.0, "{after}");
+    // 1,000 CHECKs from a hot key: grants taken and, idle, all given back.
+    assert!(from_leases > 0, "no CHECK answered from a lease");
+    assert!(series(&before, "ratelimitd_lease_grants_total") >= 1.0);
+    let granted = series(&before, "ratelimitd_lease_granted_units_total");
+    let returned = series(&before, "ratelimitd_lease_returned_units_total");
+    let lapsed = series(&before, "ratelimitd_lease_lapsed_units_total");
+    assert!(
+        granted >= from_leases as f64,
+        "{from_leases} from leases: {before}"
+    );
+    assert!(returned + lapsed <= granted, "{before}");
+    assert_eq!(series(&before, "ratelimitd_lease_held"), 0.0, "{before}");
+    assert_eq!(
+        series(&before, "ratelimitd_lease_units_out"),
+        0.0,
+        "{before}"
+    );
+    assert_eq!(
+        series(&before, "ratelimitd_lease_give_backs_total"),
+        series(&before, "ratelimitd_lease_grants_total"),
+        "{before}"
+    );
+    assert!(series(&before, "ratelimitd_lease_keys") >= 1.0);
+}

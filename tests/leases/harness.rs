@@ -16,7 +16,8 @@ pub struct Setup {
     _one_at_a_time: std::sync::MutexGuard<'static, ()>,
 }
 
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// Held by each test that loads the machine.
+pub static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Setup {
     pub fn start(rules: &str) -> Setup {
