@@ -9,10 +9,12 @@
 --
 -- ARGV[1..4] as the algorithm's own script (ARGV[4] = "" in production), then
 -- ARGV[5]  holder id (the daemon's, random per process)
--- ARGV[6]  the grant the holder gives back ("0": none). A holder stops spending a lease
---          when it sends the call that names it, so what it reports unspent is final;
---          and it spends only grants whose reply it read. Its calls that give back or
---          ask run one at a time, in order on its connection to the key's primary.
+-- ARGV[6]  the grant the holder gives back ("0": none): the last grant whose reply it
+--          read and whose end Redis has not acknowledged (it names it again after a
+--          call that failed, a reload, a sweep). A holder stops spending a lease when it
+--          sends the call that names it, so what it reports unspent is final; and it
+--          spends only grants whose reply it read. Its calls that give back or ask run
+--          one at a time, in order on its connection to the key's primary.
 -- ARGV[7]  units of that lease not spent (algorithm units)
 -- ARGV[8]  units wanted in the new lease (algorithm units; 0 = none)
 -- ARGV[9]  lifetime of the new lease, µs
@@ -22,8 +24,10 @@
 -- other host with a lease on the key: the hosts asking for it lately. One that stops
 -- asking (or dies) stops counting when its lease ends.
 -- Returns  the algorithm's {allowed, remaining, reset_ms, wait_ms}, then
---          {granted units, lifetime µs, grant} (the holder's deadline is its own clock
---          when it sent the call + lifetime, so it ends before Redis's).
+--          {granted units, lifetime µs, grant, units given back} (the holder's deadline
+--          is its own clock when it sent the call + lifetime, so it ends before
+--          Redis's; the units given back are what the named grant returned to the
+--          budget, the rest of its unspent units lapsed).
 local holder = ARGV[5]
 local given_back = tonumber(ARGV[6])
 local unspent = tonumber(ARGV[7])
@@ -62,11 +66,14 @@ local function outstanding(leases)
   return out, latest
 end
 
--- Settles the leases at `t`: a lease past its deadline lapses (its units are dropped:
--- the holder may have spent them); the caller's own lease ends when the call gives back
--- or asks (the caller stopped spending it) and its unspent units go back (all of them
--- for a grant the holder never learnt of). Deletes the ended fields; returns the units given back to the budget and
--- the units still out on the other leases, their latest deadline, and whether any
+-- Settles the leases at `t`: a lease past its deadline lapses (its units are dropped,
+-- counted as spent: the holder may have spent them); the caller's own lease ends when
+-- the call gives back or asks (the caller stopped spending it). Only the grant the call
+-- names, still before its deadline, gives its unspent units back. A stored grant the
+-- call does not name (the caller never read its reply, or named a grant this node never
+-- saw: a failover lost it) lapses as spent too: Redis never hands back units a holder
+-- may have spent. Deletes the ended fields; returns the units given back to the budget
+-- and the units still out on the other leases, their latest deadline, and whether any
 -- lease ended.
 local function settle_leases(key, leases, t)
   local back = 0
@@ -76,14 +83,8 @@ local function settle_leases(key, leases, t)
   local mine = given_back ~= 0 or want > 0
   for h, l in pairs(leases) do
     if h == holder and mine then
-      -- A grant other than the one named is one whose reply the holder never read
-      -- (its call timed out): none of it was spent, all of it goes back.
-      if l[2] > t then
-        if l[3] == given_back then
-          back = math.min(unspent, l[1])
-        else
-          back = l[1]
-        end
+      if l[3] == given_back and l[2] > t then
+        back = math.min(unspent, l[1])
       end
       gone[#gone + 1] = 'l:' .. h
     elseif l[2] <= t then

@@ -5,7 +5,8 @@
 -- KEYS[1]  fixed_window.lua's hash {w, c, x} plus {n, l:<holder>...}
 -- ARGV     fixed_window.lua's (limit, window µs, cost, now), then lease.lua's (holder,
 --          grant given back, unspent units, wanted units, lifetime µs, pace µs)
--- Returns  {allowed, remaining, reset_ms, wait_ms, granted units, lifetime µs, grant}
+-- Returns  {allowed, remaining, reset_ms, wait_ms, granted units, lifetime µs, grant,
+--          units given back}
 --
 -- A lease's units are counted in the window when granted (c += granted) and its
 -- deadline is at most the window's end, so every unit spent from it is spent inside the
@@ -31,8 +32,8 @@ local count = 0
 if st_start == start then
   count = st_count
 end
-local returned
-count, returned = give_back(leases, count, st_start, start)
+local returned, back
+count, returned, back = give_back(leases, count, st_start, start)
 
 local allowed = count + cost <= limit
 if allowed then
@@ -62,4 +63,4 @@ if not allowed then
   end
 end
 return {allowed and 1 or 0, math.max(math.floor(limit - count), 0), reset, wait, granted,
-  granted > 0 and life or 0, grant}
+  granted > 0 and life or 0, grant, back}

@@ -7,7 +7,8 @@
 -- ARGV     sliding_window_counter.lua's (limit, window µs, cost, now), then lease.lua's
 --          (holder, grant given back, unspent units, wanted units, lifetime µs, pace
 --          µs)
--- Returns  {allowed, remaining, reset_ms, wait_ms, granted units, lifetime µs, grant}
+-- Returns  {allowed, remaining, reset_ms, wait_ms, granted units, lifetime µs, grant,
+--          units given back}
 --
 -- A lease's units are counted in the current window when granted, with the estimate
 -- then (p × remaining weight + c) plus the grant at most `limit`; its deadline is at most
@@ -29,8 +30,8 @@ else
 end
 local start = now - math.fmod(now, window)
 local current, previous = roll(st_start, st_current, st_previous, window, start)
-local returned
-current, returned = give_back(leases, current, st_start, start)
+local returned, back
+current, returned, back = give_back(leases, current, st_start, start)
 local elapsed = now - start
 local allowed = estimate(current, previous, elapsed, window) + cost <= limit
 if allowed then
@@ -55,4 +56,4 @@ if not allowed then
   wait = counter_wait(limit, window, cost, reset, start, current, previous)
 end
 return {allowed and 1 or 0, math.max(math.floor(limit - estimate(current, previous, elapsed, window)), 0),
-  reset, wait, granted, granted > 0 and life or 0, grant}
+  reset, wait, granted, granted > 0 and life or 0, grant, back}

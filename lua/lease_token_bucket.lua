@@ -7,7 +7,7 @@
 --          then lease.lua's (holder, grant given back, unspent µ-tokens, wanted
 --          µ-tokens, lifetime µs, pace µs)
 -- Returns  {allowed, remaining tokens, reset_ms, wait_ms, granted tokens, lifetime µs,
---          grant}
+--          grant, tokens given back}
 --
 -- The invariant: tokens + units out on lease ≤ capacity, after every call. Refill up to
 -- now is capped with every lease stored (lapsed ones included: they may have been spent
@@ -102,4 +102,4 @@ if out > 0 then
 end
 store(write, tonumber(fields.x), keep, 't', tokens, 'ts', now)
 return {allowed and 1 or 0, math.floor(tokens / 1000000), reset, wait,
-  math.floor(granted / 1000000), granted > 0 and lifetime or 0, grant}
+  math.floor(granted / 1000000), granted > 0 and lifetime or 0, grant, math.floor(back / 1000000)}

@@ -5,15 +5,16 @@
 -- The leases of a window's count, settled at `now`: `count` less the units given
 -- back, if the stored window (starting at `st_start`) is still the current one
 -- (`start`); a lease's deadline is within the window that counted it, so units given
--- back in a later window were counted in one that is over. Returns the count and
--- whether any units came back (the state then changed).
+-- back in a later window were counted in one that is over. Returns the count, whether
+-- any units came back (the state then changed) and the units taken off the count.
 local function give_back(leases, count, st_start, start)
   local back = settle_leases(KEYS[1], leases, now)
   local returned = back > 0
   if st_start ~= start then
     back = 0
   end
-  return math.max(count - back, 0), returned
+  back = math.min(back, count)
+  return count - back, returned, back
 end
 
 -- A window's new lease: out of `avail` whole units, living `life` µs (at most the rest

@@ -34,6 +34,24 @@ pub const LOCAL_KEYS: &str = "ratelimitd_local_keys";
 pub const CONNECTIONS: &str = "ratelimitd_connections";
 /// Configuration reloads, by `result` (`ok`, `rejected`).
 pub const RELOADS: &str = "ratelimitd_reloads_total";
+/// Keys in the lease book (bounded by `fallback.max_keys`).
+pub const LEASE_KEYS: &str = "ratelimitd_lease_keys";
+/// Leases this daemon holds (grants read whose end Redis has not acknowledged).
+pub const LEASES_HELD: &str = "ratelimitd_lease_held";
+/// Units unspent on those leases.
+pub const LEASE_UNITS: &str = "ratelimitd_lease_units_out";
+/// Lease calls in flight.
+pub const LEASE_CALLS_IN_FLIGHT: &str = "ratelimitd_lease_calls_in_flight";
+/// Grants read.
+pub const LEASE_GRANTS: &str = "ratelimitd_lease_grants_total";
+/// Units in them.
+pub const LEASE_GRANTED_UNITS: &str = "ratelimitd_lease_granted_units_total";
+/// Grants whose end Redis acknowledged.
+pub const LEASE_GIVE_BACKS: &str = "ratelimitd_lease_give_backs_total";
+/// Unspent units given back to the keys' budgets.
+pub const LEASE_RETURNED_UNITS: &str = "ratelimitd_lease_returned_units_total";
+/// Unspent units that lapsed.
+pub const LEASE_LAPSED_UNITS: &str = "ratelimitd_lease_lapsed_units_total";
 
 /// Bucket bounds of [`REDIS_SECONDS`], seconds: 50 µs to 1 s (a decision waits at most
 /// `redis.timeout_ms`).
@@ -96,6 +114,15 @@ fn describe() {
     describe_gauge!(LOCAL_KEYS, "Keys with local state (local buckets)");
     describe_gauge!(CONNECTIONS, "Open client connections");
     describe_counter!(RELOADS, "Configuration reloads by result");
+    describe_gauge!(LEASE_KEYS, "Keys in the lease book");
+    describe_gauge!(LEASES_HELD, "Leases held (grants not yet ended in Redis)");
+    describe_gauge!(LEASE_UNITS, "Units unspent on the leases held");
+    describe_gauge!(LEASE_CALLS_IN_FLIGHT, "Lease calls in flight");
+    describe_counter!(LEASE_GRANTS, "Lease grants received");
+    describe_counter!(LEASE_GRANTED_UNITS, "Units granted on lease");
+    describe_counter!(LEASE_GIVE_BACKS, "Leases whose end Redis acknowledged");
+    describe_counter!(LEASE_RETURNED_UNITS, "Unspent lease units given back");
+    describe_counter!(LEASE_LAPSED_UNITS, "Unspent lease units that lapsed");
 }
 
 /// The decision counters of one rule: one handle per verdict × source.
@@ -174,18 +201,38 @@ pub fn connections() -> Gauge {
     gauge!(CONNECTIONS)
 }
 
-/// Sets the size gauges (sampled every second by [`sample_sizes`]).
-pub fn sizes(cache_entries: u64, local_keys: u64) {
-    gauge!(CACHE_ENTRIES).set(cache_entries as f64);
-    gauge!(LOCAL_KEYS).set(local_keys as f64);
+/// The sizes sampled every second ([`sample_sizes`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Sizes {
+    /// Entries in the deny cache.
+    pub cache_entries: u64,
+    /// Keys with local state.
+    pub local_keys: u64,
+    /// The lease book's figures.
+    pub leases: crate::lease::Sizes,
 }
 
-/// Forever: every second, sets the size gauges from `read()`.
-pub async fn sample_sizes(read: impl Fn() -> (u64, u64)) {
+/// Sets the size gauges, and the lease counters from their totals.
+pub fn sizes(s: &Sizes) {
+    gauge!(CACHE_ENTRIES).set(s.cache_entries as f64);
+    gauge!(LOCAL_KEYS).set(s.local_keys as f64);
+    let l = &s.leases;
+    gauge!(LEASE_KEYS).set(l.keys as f64);
+    gauge!(LEASES_HELD).set(l.held as f64);
+    gauge!(LEASE_UNITS).set(l.units as f64);
+    gauge!(LEASE_CALLS_IN_FLIGHT).set(l.in_flight as f64);
+    counter!(LEASE_GRANTS).absolute(l.grants);
+    counter!(LEASE_GRANTED_UNITS).absolute(l.granted_units);
+    counter!(LEASE_GIVE_BACKS).absolute(l.given_back);
+    counter!(LEASE_RETURNED_UNITS).absolute(l.returned_units);
+    counter!(LEASE_LAPSED_UNITS).absolute(l.lapsed_units);
+}
+
+/// Forever: every second, sets the size series from `read()`.
+pub async fn sample_sizes(read: impl Fn() -> Sizes) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        let (cache, local) = read();
-        sizes(cache, local);
+        sizes(&read());
     }
 }

@@ -20,15 +20,24 @@
 //!   that stops asking stops counting when its lease ends.
 //!
 //! A lease is spent only before its deadline: this host's [`crate::clock::boottime_us`] when it
-//! *sent* the call, plus the lifetime Redis granted, minus [`DRIFT_MARGIN_US`]. Redis's
-//! own deadline started later (when the call arrived), so it always ends after ours. A
-//! call that gives a lease back ends it at once, before it is sent. A key idle for
-//! [`IDLE_RETURN_US`], or whose lease ends within [`RENEW_AHEAD_US`], gives back what it
-//! holds ([`Book::sweep`]).
+//! *sent* the call, plus the lifetime Redis granted, minus [`DRIFT_MARGIN_US`] (and, for
+//! a bucket, minus [`CLOCK_JUMP_US`]). Redis's own deadline started later (when the call
+//! arrived), so it always ends after ours. A call that gives a lease back ends it at
+//! once, before it is sent. A key idle for [`IDLE_RETURN_US`], or whose lease ends within
+//! [`RENEW_AHEAD_US`], gives back what it holds ([`Book::sweep`]).
+//!
+//! A grant whose reply was read is never forgotten before Redis acknowledged its end: a
+//! call that gives it back and fails, a reload ([`Book::retire`]), a sweep, or its
+//! deadline passing only stop it being spent; the next call (or the sweep) names it
+//! again with its unspent units, which are final. Redis gives back only the unspent
+//! units of the grant a call names; any other grant lapses as spent.
 
-use crate::key::{KeyHash, Prehashed};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+mod book;
+
+pub use book::{new_holder_id, Book, Sizes};
+
+use book::Counts;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 /// How long a lease is asked for, µs (windows: at most to the window's end).
@@ -49,6 +58,11 @@ pub const IDLE_RETURN_US: u64 = 200_000;
 /// A lease this close to its deadline is given back by the sweep (the next request takes
 /// a new one), µs.
 pub const RENEW_AHEAD_US: u64 = 150_000;
+/// A bucket's lease is spent for this much less than the lifetime Redis granted, µs:
+/// Redis's clock may jump ahead (or a failover land on a node whose clock is ahead) by
+/// this much without ending, in Redis, a lease its holder may still spend. A window's
+/// lease ends with its window, which such a jump moves too (docs/DESIGN.md "Leases").
+pub const CLOCK_JUMP_US: u64 = 500_000;
 /// A key holding nothing and idle this long is forgotten, µs.
 pub const FORGET_US: u64 = 10_000_000;
 /// The book is walked for such keys at most this often, µs.
@@ -70,6 +84,24 @@ pub struct Request {
     /// 0, or (saturated) how often this host asks, µs: Redis grants a bucket's holder at
     /// most its share of the refill over that time.
     pub pace_us: u64,
+    /// The book's reload generation when the call started (not sent: a lease granted
+    /// to a call started before a reload is not spent).
+    pub generation: u64,
+}
+
+impl Request {
+    /// A call that gives nothing back and asks for nothing (a cold key's decision).
+    pub fn cold(holder: &Arc<str>) -> Request {
+        Request {
+            holder: Arc::clone(holder),
+            given_back: 0,
+            unspent: 0,
+            want: 0,
+            lifetime_us: LIFETIME_US,
+            pace_us: 0,
+            generation: 0,
+        }
+    }
 }
 
 /// What Redis granted.
@@ -81,6 +113,9 @@ pub struct Granted {
     pub lifetime_us: u64,
     /// The grant's number, to give it back with.
     pub grant: i64,
+    /// Units of the grant the call named that went back to the key's budget, whole units
+    /// of the rule (the rest of its unspent units lapsed).
+    pub returned: u64,
 }
 
 /// What a request gets from the key's lease state before any call.
@@ -109,10 +144,14 @@ pub enum Local {
 }
 
 /// One key's lease state on this host.
+///
+/// `grant` is the last grant read whose end Redis has not acknowledged (0: none), with
+/// `units` of it unspent; it may be spent only while `now < deadline_us` (0: not at all,
+/// it is only reported).
 #[derive(Debug, Default)]
 struct State {
     units: u64,
-    /// Our clock (µs) after which the lease is not spent; 0: no lease.
+    /// Our clock (µs) after which the lease is not spent; 0: not spent.
     deadline_us: u64,
     grant: i64,
     slot_start: u64,
@@ -163,6 +202,16 @@ impl State {
             || self.in_flight > 0
             || self.grant != 0
     }
+
+    /// Stops spending the lease (its unspent units are final) and says how to name it
+    /// back: (grant, unspent), (0, 0) for none.
+    fn report(&mut self) -> (i64, u64) {
+        self.deadline_us = 0;
+        if self.grant == 0 {
+            self.units = 0;
+        }
+        (self.grant, self.units)
+    }
 }
 
 /// A key's entry in the book: its lease state, the lock its lease calls take (one at a
@@ -170,10 +219,28 @@ impl State {
 /// needs to reach Redis for it (the sweep gives leases back with it).
 pub struct LeasedKey<H> {
     state: Mutex<State>,
+    /// µs of a granted lifetime not spent ([`CLOCK_JUMP_US`] for buckets, else 0).
+    spare_us: u64,
+    counts: Arc<Counts>,
     /// Held for the whole of a lease call; waited on by the requests behind it.
     pub call: tokio::sync::Mutex<()>,
     /// The caller's handle for the key (its Redis key and rule).
     pub home: H,
+}
+
+/// A lease call in flight for a key: counted from [`LeasedKey::begin`] (or
+/// [`LeasedKey::give_back`]) until dropped, whether the call was answered, failed, or
+/// abandoned (its client went away and the call's future was dropped).
+pub struct Flight<H> {
+    key: Arc<LeasedKey<H>>,
+}
+
+impl<H> Drop for Flight<H> {
+    fn drop(&mut self) {
+        let mut s = self.key.state();
+        s.in_flight = s.in_flight.saturating_sub(1);
+        self.key.counts.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl<H> LeasedKey<H> {
@@ -208,53 +275,75 @@ impl<H> LeasedKey<H> {
         Local::Call { hot: s.hot() }
     }
 
-    /// Starts a call for a request of `cost` units (`hot`: with a lease; the caller holds
-    /// [`LeasedKey::call`]). Ends the lease held (it is given back in this call) and says
-    /// what to ask: about [`TAKE_US`] of demand ([`PACE_US`] when saturated), at least
-    /// `cost`, at most `limit`.
-    pub fn begin(&self, cost: u64, limit: u64, hot: bool, holder: &Arc<str>) -> Request {
-        let mut s = self.state();
+    fn fly(self: &Arc<Self>, s: &mut State) -> Flight<H> {
         s.in_flight += 1;
-        if !hot {
-            return Request {
-                holder: Arc::clone(holder),
-                given_back: 0,
-                unspent: 0,
-                want: 0,
-                lifetime_us: LIFETIME_US,
-                pace_us: 0,
-            };
-        }
-        let (given_back, unspent) = (s.grant, s.units);
-        s.grant = 0;
-        s.units = 0;
-        s.deadline_us = 0;
-        let span = if s.saturated { PACE_US } else { TAKE_US };
-        let want = (s.rate() * span as f64 / 1e6).ceil() as u64;
-        Request {
-            holder: Arc::clone(holder),
-            given_back,
-            unspent,
-            want: want.max(cost).max(1).min(limit),
-            lifetime_us: LIFETIME_US,
-            pace_us: if s.saturated { PACE_US } else { 0 },
+        self.counts.in_flight.fetch_add(1, Ordering::Relaxed);
+        Flight {
+            key: Arc::clone(self),
         }
     }
 
-    /// The call started at `sent_us` (our clock) with `ask` answered: keep its lease,
-    /// with `remaining`/`reset_ms` as Redis reported them.
+    /// Starts a call for a request of `cost` units (`hot`: with a lease; the caller holds
+    /// [`LeasedKey::call`]). Stops spending the lease held and names it (it is given back
+    /// in this call) and says what to ask: about [`TAKE_US`] of demand ([`PACE_US`] when
+    /// saturated), at least `cost`, at most `limit`. The call counts as in flight until
+    /// the [`Flight`] is dropped.
+    pub fn begin(
+        self: &Arc<Self>,
+        cost: u64,
+        limit: u64,
+        hot: bool,
+        holder: &Arc<str>,
+    ) -> (Request, Flight<H>) {
+        let mut s = self.state();
+        let flight = self.fly(&mut s);
+        let mut ask = Request::cold(holder);
+        if !hot {
+            return (ask, flight);
+        }
+        (ask.given_back, ask.unspent) = s.report();
+        let span = if s.saturated { PACE_US } else { TAKE_US };
+        let want = (s.rate() * span as f64 / 1e6).ceil() as u64;
+        ask.want = want.max(cost).max(1).min(limit);
+        ask.pace_us = if s.saturated { PACE_US } else { 0 };
+        ask.generation = self.counts.generation.load(Ordering::Relaxed);
+        (ask, flight)
+    }
+
+    /// The call started at `sent_us` (our clock) with `ask` answered: the grant it named
+    /// has ended in Redis; keep its new lease, with `remaining`/`reset_ms` as Redis
+    /// reported them.
     pub fn granted(&self, sent_us: u64, ask: &Request, g: Granted, remaining: u64, reset_ms: u64) {
         let mut s = self.state();
-        s.in_flight = s.in_flight.saturating_sub(1);
         s.remaining = remaining;
         s.reset_ms = reset_ms;
         if ask.want == 0 && ask.given_back == 0 {
             return;
         }
-        if g.units > 0 && g.lifetime_us > DRIFT_MARGIN_US {
+        if ask.given_back != 0 && s.grant == ask.given_back {
+            self.counts.ended(ask.unspent, g.returned);
+            s.grant = 0;
+            s.units = 0;
+            s.deadline_us = 0;
+        }
+        if g.units > 0 && g.grant != 0 {
+            self.counts.granted(g.units);
+            if s.grant != 0 {
+                // Not possible with one call at a time; the older grant lapses in Redis.
+                self.counts.ended(s.units, 0);
+            }
             s.units = g.units;
             s.grant = g.grant;
-            s.deadline_us = sent_us + g.lifetime_us - DRIFT_MARGIN_US;
+            let life = g
+                .lifetime_us
+                .saturating_sub(DRIFT_MARGIN_US + self.spare_us);
+            let current = ask.generation == self.counts.generation.load(Ordering::Relaxed);
+            // A lease granted to a call started before a reload is reported, not spent.
+            s.deadline_us = if life > 0 && current {
+                sent_us + life
+            } else {
+                0
+            };
         }
         // Saturated: Redis had less than asked, and not enough left for another such
         // lease.
@@ -262,44 +351,33 @@ impl<H> LeasedKey<H> {
         s.paced_until = if s.saturated { sent_us + PACE_US } else { 0 };
     }
 
-    /// The call started by [`LeasedKey::begin`] got no answer: whatever it asked is lost to us
-    /// (a lease granted meanwhile lapses in Redis at its deadline).
-    pub fn failed(&self) {
-        let mut s = self.state();
-        s.in_flight = s.in_flight.saturating_sub(1);
-    }
-
     /// For the sweep: `Some(ask)` (the lease given back, nothing wanted) when the key
-    /// holds a lease it should give back at `now`: idle for [`IDLE_RETURN_US`], or within
-    /// [`RENEW_AHEAD_US`] of its deadline. The caller holds [`LeasedKey::call`]. A lease
-    /// already past its deadline is simply dropped (it lapses in Redis).
-    pub fn give_back(&self, now: u64, holder: &Arc<str>) -> Option<Request> {
+    /// holds a grant it should give back at `now`: one it no longer spends (a reload, a
+    /// call that failed, its deadline passed), or one idle for [`IDLE_RETURN_US`], or
+    /// within [`RENEW_AHEAD_US`] of its deadline. The caller holds [`LeasedKey::call`].
+    pub fn give_back(
+        self: &Arc<Self>,
+        now: u64,
+        holder: &Arc<str>,
+    ) -> Option<(Request, Flight<H>)> {
         let mut s = self.state();
         if s.grant == 0 {
             return None;
         }
-        if now >= s.deadline_us {
-            s.grant = 0;
-            s.units = 0;
-            return None;
+        if s.holds(now) {
+            let idle = now.saturating_sub(s.last_use) >= IDLE_RETURN_US;
+            if !idle && s.deadline_us - now > RENEW_AHEAD_US {
+                return None;
+            }
         }
-        let idle = now.saturating_sub(s.last_use) >= IDLE_RETURN_US;
-        if !idle && s.deadline_us - now > RENEW_AHEAD_US {
-            return None;
-        }
-        let ask = Request {
-            holder: Arc::clone(holder),
-            given_back: s.grant,
-            unspent: s.units,
-            want: 0,
-            lifetime_us: LIFETIME_US,
-            pace_us: 0,
-        };
-        s.grant = 0;
-        s.units = 0;
-        s.deadline_us = 0;
-        s.in_flight += 1;
-        Some(ask)
+        let mut ask = Request::cold(holder);
+        (ask.given_back, ask.unspent) = s.report();
+        Some((ask, self.fly(&mut s)))
+    }
+
+    /// Stops spending the lease held: it is reported at the next call (a reload).
+    fn retire(&self) {
+        self.state().report();
     }
 
     /// True when the key holds nothing and was not asked for [`FORGET_US`].
@@ -307,96 +385,16 @@ impl<H> LeasedKey<H> {
         let s = self.state();
         s.grant == 0 && s.in_flight == 0 && now.saturating_sub(s.last_use) >= FORGET_US
     }
-}
 
-/// This daemon's leases, by key (`"<rule>:<key>"` hashed, as the deny cache keys it).
-pub struct Book<H> {
-    /// This daemon's holder id in Redis.
-    pub holder: Arc<str>,
-    keys: Mutex<HashMap<KeyHash, Arc<LeasedKey<H>>, Prehashed>>,
-    /// The entries that kept a lease lately (what the sweep looks at).
-    holding: Mutex<HashMap<KeyHash, Arc<LeasedKey<H>>, Prehashed>>,
-    /// When idle keys were last forgotten (our clock, µs).
-    forgotten_at: AtomicU64,
-}
-
-impl<H> Book<H> {
-    /// An empty book for holder `holder`.
-    pub fn new(holder: Arc<str>) -> Self {
-        Book {
-            holder,
-            keys: Mutex::new(HashMap::default()),
-            holding: Mutex::new(HashMap::default()),
-            forgotten_at: AtomicU64::new(0),
+    /// Its grant not yet ended in Redis: (1, its unspent units), or (0, 0).
+    fn held(&self) -> (u64, u64) {
+        let s = self.state();
+        if s.grant == 0 {
+            (0, 0)
+        } else {
+            (1, s.units)
         }
     }
-
-    /// The entry of `key`, made with `home()` if new.
-    pub fn slot(&self, key: KeyHash, home: impl FnOnce() -> H) -> Arc<LeasedKey<H>> {
-        let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(keys.entry(key).or_insert_with(|| {
-            Arc::new(LeasedKey {
-                state: Mutex::new(State::default()),
-                call: tokio::sync::Mutex::new(()),
-                home: home(),
-            })
-        }))
-    }
-
-    /// Forgets idle keys holding nothing; returns the entries holding a lease (the
-    /// caller gives back those [`LeasedKey::give_back`] names).
-    /// Only the keys [`Book::kept`] named are looked at; the whole book is walked for
-    /// idle keys at most every [`FORGET_EVERY_US`].
-    pub fn sweep(&self, now: u64) -> Vec<Arc<LeasedKey<H>>> {
-        let last = self.forgotten_at.load(Ordering::Relaxed);
-        if now.saturating_sub(last) >= FORGET_EVERY_US {
-            self.forgotten_at.store(now, Ordering::Relaxed);
-            let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-            keys.retain(|_, slot| !slot.forgettable(now));
-        }
-        let mut holding = self.holding.lock().unwrap_or_else(|p| p.into_inner());
-        holding.retain(|_, s| s.state().grant != 0);
-        holding.values().cloned().collect()
-    }
-
-    /// Notes that `key`'s entry may hold a lease now (after a call kept one), for the
-    /// sweep.
-    pub fn kept(&self, key: KeyHash, slot: &Arc<LeasedKey<H>>) {
-        if slot.state().grant != 0 {
-            let mut holding = self.holding.lock().unwrap_or_else(|p| p.into_inner());
-            holding.entry(key).or_insert_with(|| Arc::clone(slot));
-        }
-    }
-
-    /// Forgets every key (a reload: a lease taken under the old rule is not spent under
-    /// the new one; what it holds lapses in Redis at its deadline).
-    pub fn clear(&self) {
-        self.keys.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        self.holding
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
-    }
-
-    /// Keys in the book.
-    pub fn len(&self) -> usize {
-        self.keys.lock().map_or(0, |k| k.len())
-    }
-
-    /// True when the book is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// A holder id for this process: random enough that two daemons (or one restarted)
-/// never share one.
-pub fn new_holder_id() -> Arc<str> {
-    use std::hash::{BuildHasher, Hasher as _};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    h.write_u64(crate::clock::boottime_us());
-    format!("{:016x}", h.finish()).into()
 }
 
 #[cfg(test)]

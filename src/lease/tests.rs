@@ -7,14 +7,32 @@ fn holder() -> Arc<str> {
 }
 
 fn slot() -> Arc<LeasedKey<()>> {
-    Book::new(holder()).slot(1, || ())
+    Book::new(holder(), 100).slot(1, 0, || ()).expect("room")
+}
+
+fn grant(units: u64, grant: i64) -> Granted {
+    Granted {
+        units,
+        lifetime_us: LIFETIME_US,
+        grant,
+        returned: 0,
+    }
+}
+
+/// Makes `s` hot at `t` and gives it a lease of `units` as grant `g`.
+fn leased(s: &Arc<LeasedKey<()>>, t: u64, units: u64, g: i64) {
+    for i in 0..HOT_UNITS {
+        s.spend(1, t + i, true);
+    }
+    let (ask, _flight) = s.begin(1, 1000, true, &holder());
+    s.granted(t, &ask, grant(units, g), 50, 100);
 }
 
 #[test]
 fn a_cold_key_asks_without_a_lease() {
     let s = slot();
     assert_eq!(s.spend(1, 1_000_000, true), Local::Call { hot: false });
-    let ask = s.begin(1, 100, false, &holder());
+    let (ask, _flight) = s.begin(1, 100, false, &holder());
     assert_eq!((ask.want, ask.given_back), (0, 0));
 }
 
@@ -26,21 +44,73 @@ fn a_busy_key_takes_a_lease_and_spends_it_until_its_deadline() {
         s.spend(1, t + i, true);
     }
     assert_eq!(s.spend(1, t + 10, true), Local::Call { hot: true });
-    let ask = s.begin(1, 1000, true, &holder());
+    let (ask, flight) = s.begin(1, 1000, true, &holder());
     assert!(ask.want >= 1 && ask.want <= 1000, "{ask:?}");
-    let g = Granted {
-        units: 2,
-        lifetime_us: LIFETIME_US,
-        grant: 7,
-    };
-    s.granted(t + 10, &ask, g, 50, 100);
+    s.granted(t + 10, &ask, grant(2, 7), 50, 100);
+    drop(flight);
     assert!(matches!(s.spend(1, t + 20, true), Local::Taken { .. }));
     // After the deadline (sent + lifetime − margin), nothing is spent from it.
     let late = t + 10 + LIFETIME_US - DRIFT_MARGIN_US;
     assert!(matches!(s.spend(1, late, true), Local::Call { .. }));
     // The next call gives the lease back with its unspent unit.
-    let ask = s.begin(1, 1000, true, &holder());
+    let (ask, _flight) = s.begin(1, 1000, true, &holder());
     assert_eq!((ask.given_back, ask.unspent), (7, 1));
+}
+
+#[test]
+fn a_buckets_lease_keeps_room_for_a_clock_jump() {
+    let s = Book::new(holder(), 10)
+        .slot(1, CLOCK_JUMP_US, || ())
+        .expect("room");
+    let t = 1_000_000;
+    leased(&s, t, 100, 1);
+    assert!(matches!(s.spend(1, t + 1, true), Local::Taken { .. }));
+    let cut = t + LIFETIME_US - DRIFT_MARGIN_US - CLOCK_JUMP_US;
+    assert!(matches!(s.spend(1, cut, true), Local::Call { .. }));
+}
+
+#[test]
+fn a_grant_is_named_until_redis_acknowledges_its_end() {
+    let s = slot();
+    let t = 1_000_000;
+    leased(&s, t, 10, 4);
+    s.spend(3, t + 1, true);
+    // A call that fails: the grant is not spent any more, and named again.
+    let (ask, flight) = s.begin(1, 1000, true, &holder());
+    assert_eq!((ask.given_back, ask.unspent), (4, 7));
+    drop(flight);
+    assert!(matches!(s.spend(1, t + 2, true), Local::Call { hot: true }));
+    let (again, _flight) = s.begin(1, 1000, true, &holder());
+    assert_eq!((again.given_back, again.unspent), (4, 7));
+    // Answered: the grant ended in Redis; the new one is spent.
+    s.granted(t + 3, &again, grant(5, 9), 50, 100);
+    assert!(matches!(s.spend(1, t + 4, true), Local::Taken { .. }));
+    let (next, _flight) = s.begin(1, 1000, true, &holder());
+    assert_eq!((next.given_back, next.unspent), (9, 4));
+}
+
+#[test]
+fn a_reload_stops_spending_and_still_names_the_grant() {
+    let book: Book<()> = Book::new(holder(), 10);
+    let s = book.slot(1, 0, || ()).expect("room");
+    let t = 1_000_000;
+    leased(&s, t, 10, 3);
+    s.spend(2, t + 1, true);
+    // A call in flight across the reload: its lease is named, never spent.
+    let (ask, flight) = s.begin(1, 1000, true, &holder());
+    book.retire();
+    s.granted(t + 2, &ask, grant(6, 4), 50, 100);
+    drop(flight);
+    assert!(matches!(s.spend(1, t + 3, true), Local::Call { hot: true }));
+    let (next, _flight) = s.begin(1, 1000, true, &holder());
+    assert_eq!((next.given_back, next.unspent), (4, 6));
+    // A lease held at a reload: not spent, named with all it had.
+    s.granted(t + 4, &next, grant(5, 5), 50, 100);
+    book.kept(1, &s);
+    book.retire();
+    assert!(matches!(s.spend(1, t + 5, true), Local::Call { hot: true }));
+    let (ask, _flight) = s.give_back(t + 6, &holder()).expect("retired");
+    assert_eq!((ask.given_back, ask.unspent, ask.want), (5, 5, 0));
 }
 
 #[test]
@@ -48,66 +118,90 @@ fn a_saturated_key_is_paced() {
     let s = slot();
     let t = 1_000_000;
     s.spend(100, t, true);
-    let ask = s.begin(1, 1000, true, &holder());
-    let g = Granted {
-        units: 1,
-        lifetime_us: LIFETIME_US,
-        grant: 1,
-    };
-    s.granted(t, &ask, g, 0, 100);
+    let (ask, _flight) = s.begin(1, 1000, true, &holder());
+    s.granted(t, &ask, grant(1, 1), 0, 100);
     assert!(matches!(s.spend(1, t + 1, true), Local::Taken { .. }));
     match s.spend(1, t + 2, true) {
         Local::Paced { wait_ms, .. } => assert!((1..=PACE_US / 1000).contains(&wait_ms)),
         other => panic!("{other:?}"),
     }
     assert!(matches!(s.spend(1, t + PACE_US, true), Local::Call { .. }));
-    assert_eq!(s.begin(1, 1000, true, &holder()).pace_us, PACE_US);
+    assert_eq!(s.begin(1, 1000, true, &holder()).0.pace_us, PACE_US);
 }
 
 #[test]
-fn an_idle_lease_is_given_back_and_a_dead_one_dropped() {
+fn an_idle_or_dead_lease_is_given_back_until_acknowledged() {
     let s = slot();
     let t = 1_000_000;
     s.spend(1, t, true);
-    let ask = s.begin(1, 1000, true, &holder());
-    let g = Granted {
-        units: 5,
-        lifetime_us: LIFETIME_US,
-        grant: 3,
-    };
-    s.granted(t, &ask, g, 100, 100);
-    assert_eq!(s.give_back(t + 1, &holder()), None);
-    let back = s.give_back(t + IDLE_RETURN_US, &holder()).expect("idle");
+    let (ask, flight) = s.begin(1, 1000, true, &holder());
+    s.granted(t, &ask, grant(5, 3), 100, 100);
+    drop(flight);
+    assert!(s.give_back(t + 1, &holder()).is_none());
+    let (back, flight) = s.give_back(t + IDLE_RETURN_US, &holder()).expect("idle");
     assert_eq!((back.given_back, back.unspent, back.want), (3, 5, 0));
-    s.granted(t, &ask, g, 100, 100);
-    assert_eq!(s.give_back(t + 2 * LIFETIME_US, &holder()), None);
-    assert!(matches!(
-        s.spend(1, t + 2 * LIFETIME_US, true),
-        Local::Call { .. }
-    ));
+    drop(flight);
+    // The give-back failed: named again, even past the deadline.
+    let (back, flight) = s.give_back(t + 2 * LIFETIME_US, &holder()).expect("named");
+    assert_eq!((back.given_back, back.unspent), (3, 5));
+    s.granted(t, &back, Granted::default(), 100, 100);
+    drop(flight);
+    assert!(s.give_back(t + 2 * LIFETIME_US, &holder()).is_none());
 }
 
 #[test]
-fn the_sweep_sees_the_keys_that_kept_a_lease() {
-    let book: Book<()> = Book::new(holder());
-    let (a, b) = (book.slot(1, || ()), book.slot(2, || ()));
+fn a_call_dropped_mid_flight_is_no_longer_counted() {
+    let book: Book<()> = Book::new(holder(), 10);
+    let s = book.slot(1, 0, || ()).expect("room");
+    let (_ask, flight) = s.begin(1, 1000, true, &holder());
+    assert_eq!(book.sizes().in_flight, 1);
+    drop(flight);
+    assert_eq!(book.sizes().in_flight, 0);
+    assert!(s.forgettable(FORGET_US + 1));
+}
+
+#[test]
+fn the_book_is_bounded() {
+    let book: Book<()> = Book::new(holder(), 2);
+    assert!(book.slot(1, 0, || ()).is_some());
+    assert!(book.slot(2, 0, || ()).is_some());
+    assert!(book.slot(3, 0, || ()).is_none());
+    assert!(book.slot(1, 0, || ()).is_some());
+    book.sweep(FORGET_US + FORGET_EVERY_US);
+    assert!(book.slot(3, 0, || ()).is_some());
+}
+
+#[test]
+fn the_sweep_sees_the_keys_that_kept_a_grant() {
+    let book: Book<()> = Book::new(holder(), 10);
+    let (a, b) = (
+        book.slot(1, 0, || ()).expect("room"),
+        book.slot(2, 0, || ()).expect("room"),
+    );
     let t = 1_000_000;
-    let ask = a.begin(1, 1000, true, &holder());
-    let g = Granted {
-        units: 5,
-        lifetime_us: LIFETIME_US,
-        grant: 9,
-    };
-    a.granted(t, &ask, g, 100, 100);
+    let (ask, flight) = a.begin(1, 1000, true, &holder());
+    a.granted(t, &ask, grant(5, 9), 100, 100);
+    drop(flight);
     book.kept(1, &a);
     book.kept(2, &b);
     let swept = book.sweep(t);
     assert_eq!(swept.len(), 1);
     assert!(Arc::ptr_eq(&swept[0], &a));
-    // Idle keys holding nothing are forgotten.
+    assert_eq!((book.sizes().held, book.sizes().units), (1, 5));
+    // Idle keys holding nothing are forgotten; one whose end Redis acknowledged is.
     assert_eq!(book.len(), 2);
-    a.give_back(t + IDLE_RETURN_US, &holder()).expect("idle");
-    a.failed();
+    let (back, flight) = a.give_back(t + IDLE_RETURN_US, &holder()).expect("idle");
+    let returned = Granted {
+        returned: 5,
+        ..Granted::default()
+    };
+    a.granted(t, &back, returned, 100, 100);
+    drop(flight);
     book.sweep(t + FORGET_US + FORGET_EVERY_US);
     assert_eq!(book.len(), 0);
+    let sizes = book.sizes();
+    assert_eq!(
+        (sizes.grants, sizes.given_back, sizes.returned_units),
+        (1, 1, 5)
+    );
 }

@@ -18,12 +18,13 @@
 
 use super::{ActiveRule, Check, Decided, Limiter};
 use crate::admission::Peer;
+use crate::algorithm::Family;
 use crate::clock::boottime_us;
 use crate::clock::local_clock_us;
 use crate::config::{OnRedisFailure, Rule};
 use crate::decision::{Decision, Source};
 use crate::fallback::decide_without_redis;
-use crate::lease::Local;
+use crate::lease::{Local, Request, CLOCK_JUMP_US};
 use crate::store::{Store, StoreError};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -50,15 +51,27 @@ impl<S: Store> Limiter<S> {
     ) -> Check {
         let rule = &entry.rule;
         self.start_sweeper();
-        let slot = self.leases.slot(key, || Home {
+        let spare_us = match rule.params.kind().spec().family {
+            Family::Bucket { .. } => CLOCK_JUMP_US,
+            Family::Window { .. } => 0,
+        };
+        let home = || Home {
             key: redis.key(tag, &rule.params),
             rule: Arc::clone(rule),
-        });
-        let hot = match slot.spend(u64::from(cost), boottime_us(), true) {
-            Local::Call { hot } => hot,
-            local => return self.decided_locally(entry, local),
         };
-        let Some(route) = redis.route(&slot.home.key) else {
+        // The book is full: decided by the lease script, without a lease.
+        let slot = self.leases.slot(key, spare_us, home);
+        let hot = match &slot {
+            None => false,
+            Some(slot) => match slot.spend(u64::from(cost), boottime_us(), true) {
+                Local::Call { hot } => hot,
+                local => return self.decided_locally(entry, local),
+            },
+        };
+        let redis_key = slot
+            .as_ref()
+            .map_or_else(|| home().key, |s| s.home.key.clone());
+        let Some(route) = redis.route(&redis_key) else {
             return self.fallback(entry, key, cost);
         };
         let Some(in_flight) = peer.call_permit() else {
@@ -67,6 +80,13 @@ impl<S: Store> Limiter<S> {
         let (this, redis, entry) = (Arc::clone(self), Arc::clone(redis), Arc::clone(entry));
         Check::Redis(Box::pin(async move {
             let rule = Arc::clone(&entry.rule);
+            let Some(slot) = slot else {
+                let request = Request::cold(&this.leases.holder);
+                let at = redis_key.clone();
+                let call = redis.lease(route, at, rule.params, cost, request, in_flight);
+                let d = this.answered(&rule, key, cost, &redis_key, call.await.map(|(o, _)| o));
+                return this.record(&entry, d);
+            };
             let _turn = if hot {
                 let Ok(turn) = tokio::time::timeout(redis.timeout(), slot.call.lock()).await else {
                     return this.record(&entry, decide_here(&this, &rule, key, cost));
@@ -81,43 +101,51 @@ impl<S: Store> Limiter<S> {
             } else {
                 None
             };
-            let request = slot.begin(u64::from(cost), rule.limit(), hot, &this.leases.holder);
+            let (request, _flight) =
+                slot.begin(u64::from(cost), rule.limit(), hot, &this.leases.holder);
             let asked = Instant::now();
             let sent_us = boottime_us();
-            let answer = redis
-                .lease(
-                    route,
-                    slot.home.key.clone(),
-                    rule.params,
-                    cost,
-                    request.clone(),
-                    in_flight,
-                )
-                .await;
+            let at = redis_key.clone();
+            let call = redis.lease(route, at, rule.params, cost, request.clone(), in_flight);
+            let answer = call.await;
             this.redis_calls.took(asked.elapsed());
-            let decision = match answer {
-                Ok((o, granted)) => {
-                    slot.granted(sent_us, &request, granted, o.remaining, o.reset_ms);
-                    this.leases.kept(key, &slot);
-                    if rule.on_redis_failure == OnRedisFailure::Local {
-                        this.local.observe(key, &rule, &o, local_clock_us());
-                    }
-                    super::query::redis_decision(&rule, &o)
-                }
-                Err(e) => {
-                    slot.failed();
-                    match &e {
-                        StoreError::Unavailable { kind, .. } => this.redis_calls.failed(kind),
-                        _ => {
-                            this.redis_calls.failed("key");
-                            this.log_key_error(&rule.name, S::key_text(&slot.home.key), &e);
-                        }
-                    }
-                    decide_here(&this, &rule, key, cost)
-                }
-            };
-            this.record(&entry, decision)
+            if let Ok((o, granted)) = &answer {
+                slot.granted(sent_us, &request, *granted, o.remaining, o.reset_ms);
+                this.leases.kept(key, &slot);
+            }
+            let d = this.answered(&rule, key, cost, &redis_key, answer.map(|(o, _)| o));
+            this.record(&entry, d)
         }))
+    }
+
+    /// The decision of a lease call's answer (`Err`: decided here, per
+    /// `on_redis_failure`; the grant the call named is still remembered and named again).
+    fn answered(
+        &self,
+        rule: &Rule,
+        key: u64,
+        cost: u32,
+        redis_key: &S::Key,
+        answer: Result<crate::algorithm::Outcome, StoreError>,
+    ) -> Decision {
+        match answer {
+            Ok(o) => {
+                if rule.on_redis_failure == OnRedisFailure::Local {
+                    self.local.observe(key, rule, &o, local_clock_us());
+                }
+                super::query::redis_decision(rule, &o)
+            }
+            Err(e) => {
+                match &e {
+                    StoreError::Unavailable { kind, .. } => self.redis_calls.failed(kind),
+                    _ => {
+                        self.redis_calls.failed("key");
+                        self.log_key_error(&rule.name, S::key_text(redis_key), &e);
+                    }
+                }
+                decide_here(self, rule, key, cost)
+            }
+        }
     }
 
     /// A decision from the lease state (never a [`Local::Call`]).
@@ -160,7 +188,9 @@ impl<S: Store> Limiter<S> {
         });
     }
 
-    /// Gives back, one call each, the leases [`crate::lease::LeasedKey::give_back`] names.
+    /// Gives back, one call each, the grants [`crate::lease::LeasedKey::give_back`]
+    /// names. One whose call fails, or whose primary is not asked now, stays in the book
+    /// and is named again at the next call or sweep.
     async fn sweep(self: &Arc<Self>) {
         let Some(redis) = &self.redis else {
             return;
@@ -170,21 +200,18 @@ impl<S: Store> Limiter<S> {
             let Ok(_turn) = slot.call.try_lock() else {
                 continue;
             };
-            let Some(request) = slot.give_back(now, &self.leases.holder) else {
+            let Some(route) = redis.route(&slot.home.key) else {
                 continue;
             };
-            let Some(route) = redis.route(&slot.home.key) else {
-                // It lapses in Redis at its deadline.
-                slot.failed();
+            let Some((request, _flight)) = slot.give_back(now, &self.leases.holder) else {
                 continue;
             };
             let (key, params) = (slot.home.key.clone(), slot.home.rule.params);
-            match redis
+            if let Ok((o, g)) = redis
                 .lease(route, key, params, 0, request.clone(), ())
                 .await
             {
-                Ok((o, g)) => slot.granted(now, &request, g, o.remaining, o.reset_ms),
-                Err(_) => slot.failed(),
+                slot.granted(now, &request, g, o.remaining, o.reset_ms);
             }
         }
     }

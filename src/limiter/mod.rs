@@ -202,19 +202,23 @@ impl<S: Store> Limiter<S> {
             key_errors: LogEvery::new(KEY_ERROR_LOG_INTERVAL),
             redis_calls: RedisCalls::default(),
             keys: TagKey::default(),
-            leases: crate::lease::Book::new(crate::lease::new_holder_id()),
+            leases: crate::lease::Book::new(
+                crate::lease::new_holder_id(),
+                config.fallback.max_keys,
+            ),
             sweeper: std::sync::OnceLock::new(),
             refreshes: refresh::Refreshes::new(Duration::from_millis(grace_ms)),
         }
     }
 
     /// Puts `rules` in force for requests that start from now on; in-flight requests
-    /// finish under the rules they started with. Clears the deny cache and drops the
-    /// leases held (they lapse in Redis).
+    /// finish under the rules they started with. Clears the deny cache; the leases held
+    /// stop being spent at once, and are given back (their unspent units reported) by
+    /// the next call of each key or the sweep.
     pub fn replace_rules(&self, rules: Rules) {
         self.rules.store(Arc::new(activate(rules)));
         self.cache.clear();
-        self.leases.clear();
+        self.leases.retire();
     }
 
     /// Records the daemons alive in Redis (`fallback.hosts = "auto"`); returns the count
@@ -223,9 +227,14 @@ impl<S: Store> Limiter<S> {
         self.local.hosts.set(n)
     }
 
-    /// Entries in the deny cache and keys with local state (approximate).
-    pub fn sizes(&self) -> (u64, u64) {
-        (self.cache.len(), self.local.len())
+    /// Entries in the deny cache, keys with local state (approximate) and the lease
+    /// book's figures.
+    pub fn sizes(&self) -> crate::metrics::Sizes {
+        crate::metrics::Sizes {
+            cache_entries: self.cache.len(),
+            local_keys: self.local.len(),
+            leases: self.leases.sizes(),
+        }
     }
 
     /// Starts loading the local bucket that `CHECK rule key` would decide, when this

@@ -95,11 +95,7 @@ impl Store for LocalStore {
         _hold: H,
     ) -> impl Future<Output = Result<(Outcome, Granted), StoreError>> + Send {
         let outcome = self.outcome(&key, &params, cost);
-        let none = Granted {
-            units: 0,
-            lifetime_us: 0,
-            grant: 0,
-        };
+        let none = Granted::default();
         std::future::ready(Ok((outcome, none)))
     }
 }

@@ -194,20 +194,22 @@ fn unit_scale(params: &Params) -> f64 {
 }
 
 /// Reads a lease script's reply: the decision's four integers, then granted units (whole
-/// units of the rule), the lease's lifetime in µs and its grant number.
+/// units of the rule), the lease's lifetime in µs, its grant number and the units the
+/// grant named gave back.
 pub fn lease_reply(reply: &[i64]) -> Result<(Outcome, Granted), Error> {
     match *reply {
-        [a, b, c, d, units, lifetime_us, grant] => Ok((
+        [a, b, c, d, units, lifetime_us, grant, returned] => Ok((
             outcome(&[a, b, c, d])?,
             Granted {
                 units: units.max(0) as u64,
                 lifetime_us: lifetime_us.max(0) as u64,
                 grant,
+                returned: returned.max(0) as u64,
             },
         )),
         _ => Err(Error::new(
             ErrorKind::Parse,
-            format!("lease script returned {reply:?}, expected 7 integers"),
+            format!("lease script returned {reply:?}, expected 8 integers"),
         )),
     }
 }

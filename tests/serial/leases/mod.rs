@@ -11,6 +11,7 @@
 //! The harness (daemons, load threads, tallies) is in `harness.rs`.
 
 use crate::common;
+mod faults;
 mod harness;
 
 use common::*;
