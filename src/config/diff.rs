@@ -160,9 +160,7 @@ pub fn keeps_state_longer(was: &Algorithm, is: &Algorithm) -> bool {
     match (was.per, is.per) {
         (Per::Rate(r0), Per::Rate(r1)) => match is.kind {
             Kind::LeakyBucket => r1 < r0,
-            _ => {
-                is.limit as f64 / r1 > was.limit as f64 / r0 || is.limit > was.limit
-            }
+            _ => is.limit as f64 / r1 > was.limit as f64 / r0 || is.limit > was.limit,
         },
         (Per::WindowMs(w0), Per::WindowMs(w1)) => w1 > w0,
         _ => false,
@@ -204,8 +202,14 @@ mod tests {
             Kind::SlidingWindowLog,
             Kind::SlidingWindowCounter,
         ] {
-            assert!(keeps_state_longer(&window(kind, 1000), &window(kind, 60_000)));
-            assert!(!keeps_state_longer(&window(kind, 60_000), &window(kind, 1000)));
+            assert!(keeps_state_longer(
+                &window(kind, 1000),
+                &window(kind, 60_000)
+            ));
+            assert!(!keeps_state_longer(
+                &window(kind, 60_000),
+                &window(kind, 1000)
+            ));
         }
         assert!(!keeps_state_longer(
             &window(Kind::FixedWindow, 1000),

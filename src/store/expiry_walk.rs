@@ -120,7 +120,11 @@ impl RedisStore {
             let rule = Arc::clone(rule);
             tokio::spawn(async move {
                 store.elect_and_walk(&rule, &cancel).await;
-                let mut running = store.walks.running.lock().unwrap_or_else(|p| p.into_inner());
+                let mut running = store
+                    .walks
+                    .running
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
                 if running.get(&rule.name).is_some_and(|w| w.id == id) {
                     running.remove(&rule.name);
                 }
@@ -141,19 +145,28 @@ impl RedisStore {
                     return self.walk_elected(rule, &mut election, cancel).await;
                 }
                 Ok(Turn::Covered) => {
-                    tracing::info!(rule = name, "expiry walk: another daemon's walk covered this reload");
+                    tracing::info!(
+                        rule = name,
+                        "expiry walk: another daemon's walk covered this reload"
+                    );
                     return;
                 }
                 Ok(Turn::Held) => {
                     if !said_held {
-                        tracing::info!(rule = name, "expiry walk: another daemon walks the keys; waiting for it");
+                        tracing::info!(
+                            rule = name,
+                            "expiry walk: another daemon walks the keys; waiting for it"
+                        );
                         said_held = true;
                     }
                 }
                 Err(e) => {
                     failures += 1;
                     if failures >= 30 {
-                        tracing::warn!(rule = name, "expiry walk not run: the walk election failed {failures} times: {e}");
+                        tracing::warn!(
+                            rule = name,
+                            "expiry walk not run: the walk election failed {failures} times: {e}"
+                        );
                         return;
                     }
                 }
@@ -193,12 +206,19 @@ impl RedisStore {
         let tally = match ended {
             Ended::Walked(tally) => tally,
             Ended::Lost => {
-                tracing::warn!(rule = name, "expiry walk stopped: its lock passed to another daemon, which walks again");
+                tracing::warn!(
+                    rule = name,
+                    "expiry walk stopped: its lock passed to another daemon, which walks again"
+                );
                 return;
             }
             Ended::Cancelled => {
                 drop(election.release(self).await);
-                tracing::info!(rule = name, seconds = began.elapsed().as_secs_f64(), "expiry walk cancelled: a reload changed the rule again");
+                tracing::info!(
+                    rule = name,
+                    seconds = began.elapsed().as_secs_f64(),
+                    "expiry walk cancelled: a reload changed the rule again"
+                );
                 return;
             }
         };
@@ -258,7 +278,10 @@ impl RedisStore {
                 return tally;
             };
             for chunk in keys.chunks(CHUNK) {
-                if !self.extend_chunk(primary, chunk, rule, &mut tally, &mut pace).await {
+                if !self
+                    .extend_chunk(primary, chunk, rule, &mut tally, &mut pace)
+                    .await
+                {
                     tracing::warn!(rule = %rule.name, primary = primary.name(), "expiry walk: this primary does not answer; its remaining keys are left as they are");
                     tally.busy = pace.busy;
                     return tally;
@@ -375,7 +398,11 @@ impl RedisStore {
 /// prefix and name escaped (a glob character in them is literal).
 pub fn match_pattern(prefix: &str, rule: &Rule) -> String {
     let suffix = rule.params.kind().spec().suffix;
-    format!("{}:{{{}:*}}:{suffix}", glob_escape(prefix), glob_escape(&rule.name))
+    format!(
+        "{}:{{{}:*}}:{suffix}",
+        glob_escape(prefix),
+        glob_escape(&rule.name)
+    )
 }
 
 fn glob_escape(text: &str) -> String {
