@@ -204,6 +204,50 @@ fn two_daemons_reloaded_together_walk_once() {
     assert_eq!(walks_finished(&a).len() + walks_finished(&b).len(), 1);
 }
 
+/// A reload that changes the rule again during its walk cancels that walk and walks
+/// again under the rule now in force: every key ends with the expiry of the last rule
+/// (0.005/s: 2000 s to full), also the keys the first walk never reached.
+#[test]
+fn a_second_reload_during_a_walk_walks_again_under_the_rule_in_force() {
+    let redis = RedisStandalone::start();
+    let d = Daemon::start(&standalone_config(&redis, FAST));
+    let n = 20_000;
+    let started = Instant::now();
+    populate(&vec![redis.addr(); 16384], n);
+    reload(&[&d], &standalone_config(&redis, SLOW));
+    assert!(
+        wait_until(Duration::from_secs(5), || d
+            .log()
+            .contains("expiry walk started")),
+        "{}",
+        d.log_tail(20)
+    );
+    let slower = standalone_config(&redis, "capacity = 10\nrefill_rate = 0.005");
+    d.write_config(&slower);
+    d.signal(libc::SIGHUP);
+    assert!(
+        wait_until(Duration::from_secs(60), || !walks_finished(&d).is_empty()),
+        "{}",
+        d.log_tail(30)
+    );
+    assert!(
+        d.log().contains("expiry walk cancelled"),
+        "the first walk was not cancelled (too quick?):\n{}",
+        d.log_tail(30)
+    );
+    let line = &walks_finished(&d)[0];
+    assert_eq!(field(line, "keys"), Some(n.to_string().as_str()), "{line}");
+    for i in (0..n).step_by(n / 50) {
+        let key = format!("rl:{{t:u{i}}}:tb");
+        let ttl: i64 = redis.cli(&["PTTL", &key]).parse().expect("PTTL");
+        let lowest = 2_001_000 - started.elapsed().as_millis() as i64;
+        assert!(
+            ttl >= lowest && ttl <= 2_001_000,
+            "{key}: PTTL {ttl}, at least {lowest}"
+        );
+    }
+}
+
 /// Slot → primary address, from `CLUSTER SLOTS`.
 fn slot_owners(cluster: &RedisCluster) -> Vec<String> {
     let Resp::Array(Some(ranges)) =
@@ -234,9 +278,9 @@ fn slot_owners(cluster: &RedisCluster) -> Vec<String> {
 /// Writes `n` drained buckets of rule t (the daemon's own format: 0 tokens at Redis's
 /// `now`, expiry 2 s later as the fast rule set it) straight into each primary with
 /// `redis-cli --pipe`; their TTL is 10 min, so the walk finds every one of them.
-fn populate(cluster: &RedisCluster, n: usize) {
-    let owners = slot_owners(cluster);
-    let now_us: u64 = match redis_command(&cluster.addrs()[0], &["TIME"]) {
+/// `owners` gives each slot's primary (`host:port`).
+fn populate(owners: &[String], n: usize) {
+    let now_us: u64 = match redis_command(&owners[0], &["TIME"]) {
         Ok(Resp::Array(Some(t))) => {
             let s: u64 = t[0].clone().into_text().unwrap().parse().unwrap();
             let us: u64 = t[1].clone().into_text().unwrap().parse().unwrap();
@@ -303,7 +347,7 @@ fn a_walk_over_many_keys_lengthens_each_and_reports_its_cost() {
     let cluster = RedisCluster::start();
     let d = Daemon::start(&cluster_config(&cluster, FAST));
     let started = Instant::now();
-    populate(&cluster, n);
+    populate(&slot_owners(&cluster), n);
     eprintln!(
         "populated {n} keys in {:.1} s",
         started.elapsed().as_secs_f64()
