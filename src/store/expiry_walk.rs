@@ -272,10 +272,14 @@ impl RedisStore {
         let mut pace = Pace::new();
         let mut cursor = String::from("0");
         loop {
-            let Some((next, keys)) = self.scan(primary, &cursor, pattern, &mut pace).await else {
-                tracing::warn!(rule = %rule.name, primary = primary.name(), "expiry walk: this primary does not answer; its keys are left as they are");
-                tally.busy = pace.busy;
-                return tally;
+            let page = self.scan(primary, &cursor, pattern, &mut pace).await;
+            let (next, keys) = match page {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(rule = %rule.name, primary = primary.name(), "expiry walk: SCAN failed {ATTEMPTS} times, the primary's keys are left as they are: {e}");
+                    tally.busy = pace.busy;
+                    return tally;
+                }
             };
             for chunk in keys.chunks(CHUNK) {
                 if !self
@@ -297,16 +301,17 @@ impl RedisStore {
     }
 
     /// One `SCAN` step on `primary`: the next cursor and the keys matching `pattern`;
-    /// `None` when the primary did not answer [`ATTEMPTS`] times.
+    /// the last error when the primary did not answer [`ATTEMPTS`] times.
     async fn scan(
         &self,
         primary: &Primary,
         cursor: &str,
         pattern: &str,
         pace: &mut Pace,
-    ) -> Option<(String, Vec<String>)> {
+    ) -> Result<(String, Vec<String>), Error> {
         let command = CustomCommand::new_static("SCAN", ClusterHash::Random, false);
-        for _ in 0..ATTEMPTS {
+        let mut attempt = 0;
+        loop {
             let args = vec![
                 Value::from(cursor),
                 Value::from("MATCH"),
@@ -315,18 +320,17 @@ impl RedisStore {
                 Value::Integer(i64::from(SCAN_COUNT)),
             ];
             let began = Instant::now();
-            let reply: Result<(String, Vec<String>), Error> =
-                primary.client.custom(command.clone(), args).await;
+            let reply = primary.client.custom(command.clone(), args).await;
             pace.spent(began.elapsed()).await;
+            attempt += 1;
             match reply {
-                Ok(page) => return Some(page),
-                Err(e) => {
+                Err(e) if attempt < ATTEMPTS => {
                     tracing::debug!("expiry walk: SCAN on {} failed: {e}", primary.name());
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
+                reply => return reply,
             }
         }
-        None
     }
 
     /// Asks every key of `chunk` with a cost of 0 under `rule`, pipelined; the keys the
