@@ -1,6 +1,8 @@
 //! Signals: SIGTERM and SIGINT stop the daemon gracefully; SIGHUP reloads the
 //! configuration (TOML rules and the Envoy limits together, or nothing), then the Redis
-//! secrets. A bad new configuration is logged and the one in force stays.
+//! secrets. A bad new configuration is logged and the one in force stays. A rule the
+//! reload makes keep its state longer has its keys in Redis walked
+//! ([`crate::store::expiry_walk`]).
 
 use crate::config::{diff, Config};
 use crate::envoy::service::Rls;
@@ -72,6 +74,11 @@ impl Reloader {
             self.envoy.as_deref(),
         ) {
             Ok(applied) => {
+                // The new rules are in force: a rule that now keeps its state longer has
+                // its keys' expiries lengthened in Redis, on a task of its own.
+                if let Some(store) = &self.store {
+                    store.walk_after_reload(&self.current.rules, &applied.rules);
+                }
                 self.current = applied;
                 None
             }

@@ -1,9 +1,12 @@
 //! What a reload changes: the rules, `[fallback] hosts` and the Envoy limits apply at
 //! once; every other setting needs a restart, and a reload names each one that changed.
-//! A reload that would change a rule's algorithm is refused whole ([`refused`]).
+//! A reload that would change a rule's algorithm is refused whole ([`refused`]); one
+//! that makes a rule keep its state longer ([`keeps_state_longer`]) has that rule's keys
+//! in Redis walked, so none expires under the earlier rule's expiry.
 
 use super::envoy::EnvoyConfig;
 use super::{Config, FallbackConfig};
+use crate::algorithm::{Algorithm, Kind, Per};
 
 /// The settings that differ between `current` and `new` but only apply on a restart,
 /// by name (`server.socket`, …; a changed field without its own line is named by its
@@ -146,9 +149,81 @@ pub fn applied(current: Config, new: Config) -> Config {
     }
 }
 
+/// True when a key's state written under `was` may matter longer under `is` than the
+/// expiry `was` gave it (both the same algorithm; the parameters Redis enforces, not a
+/// host's share):
+///
+/// * token bucket: a stored level of `t` tokens (0 ≤ t ≤ `was`'s capacity) is full again
+///   after (capacity − t) ÷ rate; linear in `t`, so it lasts longer under `is` for some
+///   `t` exactly when it does for the empty bucket (`capacity ÷ rate` grew) or for the
+///   full one (the capacity grew);
+/// * leaky bucket: a level of `l` drains in `l ÷ leak_rate`: when the leak slowed;
+/// * windows: a count or a log matters for (a multiple of) the window: when it grew.
+///
+/// The 1 s margin each expiry carries is not counted on: it is there for clock steps.
+pub fn keeps_state_longer(was: &Algorithm, is: &Algorithm) -> bool {
+    if was.kind != is.kind {
+        return false;
+    }
+    match (was.per, is.per) {
+        (Per::Rate(r0), Per::Rate(r1)) => match is.kind {
+            Kind::LeakyBucket => r1 < r0,
+            _ => is.limit as f64 / r1 > was.limit as f64 / r0 || is.limit > was.limit,
+        },
+        (Per::WindowMs(w0), Per::WindowMs(w1)) => w1 > w0,
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slower_refill_a_larger_bucket_or_a_longer_window_keeps_state_longer() {
+        let tb = |limit, rate| Algorithm {
+            kind: Kind::TokenBucket,
+            limit,
+            per: Per::Rate(rate),
+        };
+        assert!(keeps_state_longer(&tb(10, 10.0), &tb(10, 0.01)));
+        assert!(!keeps_state_longer(&tb(10, 0.01), &tb(10, 10.0)));
+        // Same time from empty to full, but a nearly full bucket needs longer.
+        assert!(keeps_state_longer(&tb(10, 1.0), &tb(100, 10.0)));
+        assert!(!keeps_state_longer(&tb(100, 10.0), &tb(10, 1.0)));
+        assert!(!keeps_state_longer(&tb(10, 10.0), &tb(10, 10.0)));
+        let lb = |limit, rate| Algorithm {
+            kind: Kind::LeakyBucket,
+            limit,
+            per: Per::Rate(rate),
+        };
+        // A level drains at the leak rate whatever the capacity.
+        assert!(keeps_state_longer(&lb(10, 10.0), &lb(5, 5.0)));
+        assert!(!keeps_state_longer(&lb(10, 10.0), &lb(100, 10.0)));
+        let window = |kind, ms| Algorithm {
+            kind,
+            limit: 5,
+            per: Per::WindowMs(ms),
+        };
+        for kind in [
+            Kind::FixedWindow,
+            Kind::SlidingWindowLog,
+            Kind::SlidingWindowCounter,
+        ] {
+            assert!(keeps_state_longer(
+                &window(kind, 1000),
+                &window(kind, 60_000)
+            ));
+            assert!(!keeps_state_longer(
+                &window(kind, 60_000),
+                &window(kind, 1000)
+            ));
+        }
+        assert!(!keeps_state_longer(
+            &window(Kind::FixedWindow, 1000),
+            &window(Kind::SlidingWindowLog, 60_000)
+        ));
+    }
 
     #[test]
     fn names_each_changed_setting_once() {

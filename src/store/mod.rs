@@ -8,7 +8,9 @@
 //! * [`health`]: whether a primary may be asked (its breaker; the daemon-wide view);
 //! * [`lateness`]: whether this process itself was late (event-loop lag);
 //! * [`lease`]: the lease call (`lease = "auto"`);
-//! * [`hosts`]: the daemons alive, for `fallback.hosts = "auto"` (a heartbeat).
+//! * [`hosts`]: the daemons alive, for `fallback.hosts = "auto"` (a heartbeat);
+//! * [`expiry_walk`], [`walk_election`]: after a reload that makes a rule keep its
+//!   state longer, one daemon lengthens the expiry of the rule's keys in Redis.
 //!
 //! The limiter sees [`Store`] and [`StoreError`] only: it never names the client
 //! library, a primary, a breaker or a slot. Routing a key to its primary, per-primary
@@ -22,6 +24,7 @@ mod batch;
 pub mod connect;
 pub mod connection_errors;
 pub mod credentials;
+pub mod expiry_walk;
 pub mod health;
 pub mod hosts;
 pub mod lateness;
@@ -33,6 +36,7 @@ pub mod scripts;
 pub mod tls;
 pub mod topology;
 mod until_done;
+pub mod walk_election;
 
 pub use self::redis::RedisStore;
 pub use self::until_done::UntilDone;

@@ -80,6 +80,10 @@ pub struct RedisStore {
     pub(super) refresh_lock: tokio::sync::Mutex<()>,
     /// Standalone (or Sentinel) Redis: the decisions' queue, sent in batches.
     batcher: Option<Batcher>,
+    /// The expiry walks this daemon runs after reloads ([`super::expiry_walk`]).
+    pub(super) walks: super::expiry_walk::Walks,
+    /// This daemon's id in the walk elections (and the lease holder its walks name).
+    pub(super) holder: Arc<str>,
 }
 
 impl RedisStore {
@@ -135,6 +139,8 @@ impl RedisStore {
             refresh_wanted: Notify::new(),
             refresh_lock: tokio::sync::Mutex::new(()),
             batcher: (!clustered).then(Batcher::new),
+            walks: super::expiry_walk::Walks::default(),
+            holder: walker_id().into(),
         };
         match servers {
             ServerConfig::Clustered { hosts, .. } => {
@@ -470,6 +476,19 @@ impl RedisStore {
         }
         Ok(())
     }
+}
+
+/// This process's id in the expiry walks' elections: `walk:<host>:<pid>:<start µs>`,
+/// unique across restarts.
+fn walker_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default();
+    format!(
+        "walk:{host}:{}:{:.0}",
+        std::process::id(),
+        crate::clock::wall_clock_us()
+    )
 }
 
 /// A decision's script arguments: a dry run's with `peek`.
