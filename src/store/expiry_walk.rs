@@ -384,6 +384,7 @@ impl RedisStore {
                 want: 0,
                 lifetime_us: 0,
                 pace_us: 0,
+                generation: 0,
             };
             self.lease_unbounded(primary, &key, &rule.params, 0, &ask)
                 .await

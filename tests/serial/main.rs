@@ -8,6 +8,7 @@ mod common;
 
 mod envoy;
 mod exhaustion;
+mod expiry_walk;
 mod flood;
 mod leases;
 

@@ -8,7 +8,8 @@
 //! daemons (one walks), and a measurement of the walk over many keys
 //! (`WALK_KEYS`, 100,000 by default; docs/PERFORMANCE.md has the 10^6 figure).
 
-mod common;
+use crate::common;
+use crate::ONE_AT_A_TIME;
 
 use common::*;
 use std::collections::HashMap;
@@ -130,6 +131,7 @@ fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
 
 #[test]
 fn a_drained_key_nobody_asks_for_stays_drained_after_a_slowing_reload() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let redis = RedisStandalone::start();
     let d = Daemon::start(&standalone_config(&redis, FAST));
     let mut c = d.connect();
@@ -153,6 +155,7 @@ fn a_drained_key_nobody_asks_for_stays_drained_after_a_slowing_reload() {
 
 #[test]
 fn a_cluster_walk_reaches_the_keys_of_every_primary() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let cluster = RedisCluster::start();
     let d = Daemon::start(&cluster_config(&cluster, FAST));
     let mut c = d.connect();
@@ -178,6 +181,7 @@ fn a_cluster_walk_reaches_the_keys_of_every_primary() {
 
 #[test]
 fn two_daemons_reloaded_together_walk_once() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let redis = RedisStandalone::start();
     let a = Daemon::start(&standalone_config(&redis, FAST));
     let b = Daemon::start(&standalone_config(&redis, FAST));
@@ -209,6 +213,7 @@ fn two_daemons_reloaded_together_walk_once() {
 /// (0.005/s: 2000 s to full), also the keys the first walk never reached.
 #[test]
 fn a_second_reload_during_a_walk_walks_again_under_the_rule_in_force() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let redis = RedisStandalone::start();
     let d = Daemon::start(&standalone_config(&redis, FAST));
     let n = 20_000;
@@ -340,6 +345,7 @@ fn command_usec(addr: &str) -> (u64, u64) {
 /// expiry is lengthened; prints the walk's duration and the Redis time it used.
 #[test]
 fn a_walk_over_many_keys_lengthens_each_and_reports_its_cost() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let n: usize = std::env::var("WALK_KEYS")
         .ok()
         .and_then(|v| v.parse().ok())
