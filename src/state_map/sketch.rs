@@ -1,0 +1,246 @@
+//! What a bounded map remembers of the keys it evicted while their state still
+//! mattered, so that such a key comes back no fuller than it left.
+//!
+//! Each value carries a [`Stamp`], set by its owner at every write: when the value
+//! becomes worth nothing (equal to a new key's: a full token bucket, an empty queue or
+//! window) and how drained it is (an upper bound, in 1/255ths of its limit). A value
+//! evicted before its `fresh_at` is recorded here, in a fixed-size sketch in the manner
+//! of a count-min sketch (Cormode, Muthukrishnan, "An improved data stream summary: the
+//! count-min sketch and its applications", 2005), with `max` for `+`: [`ROWS`] rows of
+//! cells, a key's cell in each row chosen by its own hash function. A cell holds the
+//! largest `fresh_at` and the largest drained fraction of the keys recorded in it since
+//! it was last empty, and a 16-bit fingerprint of them: that of the one key recorded,
+//! or 0 ("several") once two keys with different fingerprints met in it. A cell whose
+//! `fresh_at` has passed holds nothing that matters any more and counts as empty.
+//!
+//! **A recorded key is never missed.** Each of its cells received its record; a merge
+//! only raises a cell's `fresh_at` and drained fraction and keeps its fingerprint or
+//! turns it to 0; a cell is overwritten only once its `fresh_at` ≤ now, which for a
+//! cell holding the key means the key's own `fresh_at` has passed (the clock is
+//! monotonic). So while the key's `fresh_at` is ahead, every one of its cells is live,
+//! carries its fingerprint or 0, and bounds its `fresh_at` and drained fraction from
+//! above; [`Sketch::lookup`] returns the smallest of those bounds, still bounds.
+//!
+//! **An unrelated key may be found** (a false positive) when each of its [`ROWS`] cells
+//! is live and either shared (fingerprint 0) or holds one key with the same 16-bit
+//! fingerprint. Such a key then starts less than full (by at most the largest drain of
+//! the keys it collided with), never fuller. With `n` used keys recorded whose
+//! `fresh_at` is still ahead, spread over `w` cells per row (λ = n ÷ w), a cell is
+//! shared with probability about `1 − e^−λ − λe^−λ`, so a key is a false positive with
+//! probability about `(1 − e^−λ − λe^−λ)^4` (plus the fingerprint term, `(λe^−λ ÷
+//! 65,535)`, negligible): with the map's 65,536 cells per row, 4 × 10⁻⁹ at 10⁴ such keys,
+//! 0.04 at 10⁵, 0.98 at 3 × 10⁵, and 1 at 10⁷. Past a few hundred thousand used keys
+//! evicted within their refill time, every new key starts drained by what the keys in
+//! its cells lost (a flood of one-unit requests: one unit), until their `fresh_at` pass.
+//! A fixed memory cannot do better: telling 10⁷ used keys from unused ones takes about
+//! `10⁷ × log2(1 ÷ error)` bits.
+
+/// Rows of the sketch (independent hash functions).
+pub const ROWS: usize = 4;
+
+/// Ticks per second: the unit of [`Stamp`] times (1/256 s ≈ 3.9 ms).
+pub const TICKS_PER_S: f64 = 256.0;
+
+/// µs per tick.
+const US_PER_TICK: f64 = 1e6 / TICKS_PER_S;
+
+/// Bits of a stamp's `fresh_at` (in ticks since the epoch: up to the year 2106).
+const TIME_BITS: u32 = 40;
+const TIME_MASK: u64 = (1 << TIME_BITS) - 1;
+
+/// `now` µs (since the epoch, local clock) in whole ticks, rounded down.
+pub fn ticks_floor(us: f64) -> u64 {
+    ((us.max(0.0) / US_PER_TICK).floor() as u64).min(TIME_MASK)
+}
+
+/// `us` in whole ticks, rounded up (saturating at the largest stamp time).
+pub fn ticks_ceil(us: f64) -> u64 {
+    ((us.max(0.0) / US_PER_TICK).ceil() as u64).min(TIME_MASK)
+}
+
+/// The start of tick `t`, µs since the epoch (exact in doubles).
+pub fn ticks_to_us(t: u64) -> f64 {
+    t as f64 * US_PER_TICK
+}
+
+/// What a value's owner tells the map about it: from when it is worth nothing
+/// (`fresh_at`, ticks, rounded up) and how drained it is at most (`drained`, in 1/255ths
+/// of its limit, rounded up). Packed in one `u64`: bits 0–39 `fresh_at`, 40–47
+/// `drained` (bits 48–63 hold a sketch cell's fingerprint).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stamp(u64);
+
+impl Stamp {
+    /// A value worth nothing from the start (a new key's state, or one whose owner
+    /// keeps no account): evicted first and without a record.
+    pub const WORTHLESS: Stamp = Stamp(0);
+
+    /// A value worth nothing from tick `fresh_at` on, drained at most `drained` ÷ 255.
+    pub fn new(fresh_at: u64, drained: u8) -> Self {
+        Stamp(fresh_at.min(TIME_MASK) | u64::from(drained) << TIME_BITS)
+    }
+
+    /// The tick from which the value equals a new key's.
+    pub fn fresh_at(self) -> u64 {
+        self.0 & TIME_MASK
+    }
+
+    /// How drained the value is at most, in 1/255ths of its limit.
+    pub fn drained(self) -> u8 {
+        (self.0 >> TIME_BITS) as u8
+    }
+
+    /// True while the value still differs from a new key's at tick `now`.
+    pub fn matters(self, now: u64) -> bool {
+        self.fresh_at() > now
+    }
+}
+
+/// Multipliers of the rows' hash functions (odd, from the golden ratio and splitmix64).
+const MIX: [u64; ROWS + 1] = [
+    0x9e37_79b9_7f4a_7c15,
+    0xbf58_476d_1ce4_e5b9,
+    0x94d0_49bb_1331_11eb,
+    0xd6e8_feb8_6659_fd93,
+    0xa076_1d64_78bd_642f,
+];
+
+/// The sketch of one shard: [`ROWS`] rows of `width` cells (allocated at the first
+/// record: a map that never evicts a used key pays nothing).
+pub struct Sketch {
+    cells: Option<Box<[u64]>>,
+    /// log2 of the cells per row.
+    bits: u32,
+    /// The largest `fresh_at` ever recorded: from then on nothing recorded matters.
+    latest: u64,
+}
+
+impl Sketch {
+    /// A sketch of [`ROWS`] rows of `width` cells (rounded up to a power of two, ≥ 2).
+    pub fn new(width: usize) -> Self {
+        Sketch {
+            cells: None,
+            bits: width.max(2).next_power_of_two().trailing_zeros(),
+            latest: 0,
+        }
+    }
+
+    /// `key`'s fingerprint (1..=65535; 0 marks a shared cell).
+    fn fingerprint(key: u64) -> u64 {
+        let f = key.wrapping_mul(MIX[ROWS]) >> 48;
+        if f == 0 {
+            1
+        } else {
+            f
+        }
+    }
+
+    /// Records that `key`, with `stamp`, was evicted at tick `now` (only worth it while
+    /// `stamp.matters(now)`; otherwise nothing is recorded).
+    pub fn record(&mut self, key: u64, stamp: Stamp, now: u64) {
+        if !stamp.matters(now) {
+            return;
+        }
+        let width = 1usize << self.bits;
+        let cells = self
+            .cells
+            .get_or_insert_with(|| vec![0; ROWS * width].into_boxed_slice());
+        let fp = Self::fingerprint(key);
+        for r in 0..ROWS {
+            let i = place(self.bits, key, r);
+            let old = cells[i];
+            let live = Stamp(old).fresh_at() > now;
+            cells[i] = if !live {
+                stamp.0 | fp << 48
+            } else {
+                let fresh = Stamp(old).fresh_at().max(stamp.fresh_at());
+                let drained = Stamp(old).drained().max(stamp.drained());
+                let shared = if old >> 48 == fp { fp } else { 0 };
+                Stamp::new(fresh, drained).0 | shared << 48
+            };
+        }
+        self.latest = self.latest.max(stamp.fresh_at());
+    }
+
+    /// What was recorded of `key` that still matters at tick `now`: an upper bound of
+    /// its `fresh_at` and of its drain when it was evicted (or a false positive's, see
+    /// the module doc). `None`: nothing that matters was recorded for it.
+    pub fn lookup(&self, key: u64, now: u64) -> Option<Stamp> {
+        if self.latest <= now {
+            return None;
+        }
+        let cells = self.cells.as_ref()?;
+        let fp = Self::fingerprint(key);
+        let mut fresh = u64::MAX;
+        let mut drained = u8::MAX;
+        for r in 0..ROWS {
+            let cell = cells[place(self.bits, key, r)];
+            let f = cell >> 48;
+            if !Stamp(cell).matters(now) || (f != 0 && f != fp) {
+                return None;
+            }
+            fresh = fresh.min(Stamp(cell).fresh_at());
+            drained = drained.min(Stamp(cell).drained());
+        }
+        Some(Stamp::new(fresh, drained))
+    }
+
+    /// Bytes allocated (0 until the first record).
+    pub fn bytes(&self) -> usize {
+        self.cells.as_ref().map_or(0, |c| c.len() * 8)
+    }
+}
+
+/// The cell of `key` in row `r` of a sketch of `2^bits` cells per row (multiply-shift:
+/// the top bits of the product depend on every bit of the key).
+fn place(bits: u32, key: u64, r: usize) -> usize {
+    let h = (key ^ (r as u64).wrapping_mul(MIX[ROWS])).wrapping_mul(MIX[r]);
+    (r << bits) + (h >> (64 - bits)) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: u64) -> u64 {
+        use std::hash::BuildHasher;
+        foldhash::fast::FixedState::with_seed(11).hash_one(i)
+    }
+
+    #[test]
+    fn a_recorded_key_is_found_until_its_fresh_at() {
+        let mut s = Sketch::new(4096);
+        assert_eq!(s.bytes(), 0, "allocated at the first record");
+        s.record(key(1), Stamp::new(1000, 255), 10);
+        // Many other keys recorded after it only raise its bounds.
+        for i in 2..20_000 {
+            s.record(key(i), Stamp::new(500 + i % 400, (i % 50) as u8), 10 + i / 100);
+        }
+        let found = s.lookup(key(1), 300).expect("recorded");
+        assert!(found.fresh_at() >= 1000 && found.drained() == 255);
+        assert_eq!(s.lookup(key(1), 1000), None, "its fresh_at has passed");
+        // A worthless stamp records nothing.
+        let mut s = Sketch::new(16);
+        s.record(key(1), Stamp::new(5, 255), 5);
+        assert_eq!((s.lookup(key(1), 0), s.bytes()), (None, 0));
+    }
+
+    #[test]
+    fn false_positives_as_documented() {
+        // 65,536 cells per row (the whole map's), n live records: unrelated keys found.
+        for (n, at_most) in [(10_000u64, 0.0001), (100_000, 0.06)] {
+            let mut s = Sketch::new(65_536);
+            for i in 0..n {
+                s.record(key(i), Stamp::new(1000, 51), 0);
+            }
+            let probes = 200_000u64;
+            let found = (0..probes)
+                .filter(|i| s.lookup(key(1 << 40 | i), 1).is_some())
+                .count();
+            let rate = found as f64 / probes as f64;
+            assert!(rate <= at_most, "{n} records: {rate}");
+            // Every recorded key is found.
+            assert!((0..n).all(|i| s.lookup(key(i), 1).is_some()));
+        }
+    }
+}
