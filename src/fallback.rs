@@ -105,7 +105,7 @@ impl LocalBuckets {
     ) -> Decision {
         let (mut outcome, evicted) =
             self.buckets
-                .with_slot(key, ticks_floor(now_us), |slot: Slot<'_, _>| {
+                .with_slot(key, restart::tag(params), ticks_floor(now_us), |slot: Slot<'_, _>| {
                     if let Some(rec) = slot.recorded {
                         *slot.value = Some(restart::restart(params, rec, now_us));
                     }
@@ -144,7 +144,7 @@ impl LocalBuckets {
         let mut seeded = Some(params.seed(unused, reset_us, now_us));
         let evicted = self
             .buckets
-            .with_slot(key, ticks_floor(now_us), |slot: Slot<'_, _>| {
+            .with_slot(key, restart::tag(&params), ticks_floor(now_us), |slot: Slot<'_, _>| {
                 let state = slot.value;
                 if let Some(rec) = slot.recorded {
                     *state = Some(restart::restart(&params, rec, now_us));

@@ -48,7 +48,28 @@ pub fn stamp(outcome: &Outcome, params: &Params, now_us: f64) -> Stamp {
         return Stamp::WORTHLESS;
     }
     let fresh_at = ticks_ceil(now_us + outcome.reset_ms as f64 * 1000.0);
-    Stamp::new(fresh_at, drained(params.units(), outcome.remaining))
+    Stamp::new(
+        fresh_at,
+        drained(params.units(), outcome.remaining),
+        tag(params),
+    )
+}
+
+/// The sketch tag of states decided under `params` (1–255): a hash of the algorithm,
+/// its capacity or limit and its rate or window, so that a flood of one rule's keys
+/// does not drain the keys of a rule with other parameters coming back (module
+/// `state_map::sketch`).
+pub fn tag(params: &Params) -> u8 {
+    let (kind, a, b) = match params {
+        Params::TokenBucket(p) => (1, p.capacity, p.refill_rate),
+        Params::LeakyBucket(p) => (2, p.capacity, p.leak_rate),
+        Params::FixedWindow(p) => (3, p.limit, p.window),
+        Params::SlidingWindowLog(p) => (4, p.limit, p.window),
+        Params::SlidingWindowCounter(p) => (5, p.limit, p.window),
+    };
+    let h = (a.to_bits() ^ b.to_bits().rotate_left(29) ^ kind)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    ((h >> 56) as u8).max(1)
 }
 
 /// `⌈255 × (units − remaining) ÷ units⌉`, at most 255: an upper bound, in 1/255ths, of
@@ -276,5 +297,33 @@ mod tests {
         assert!(window_count(q, 10.0 / 3.0) >= 10.0 / 3.0 - 1.0);
         assert_eq!((drained(5.0, 4), window_count(51, 5.0)), (51, 1.0));
         assert_eq!((drained(5.0, 5), drained(0.75, 0)), (0, 255));
+    }
+}
+
+#[cfg(test)]
+mod sim {
+    #[test]
+    #[ignore]
+    fn ratchet_figures() {
+        use crate::algorithm::{Kind, Params, Per};
+        use crate::fallback::LocalBuckets;
+        use std::hash::BuildHasher;
+        let rate: f64 = std::env::var("SIM_RATE").map_or(0.01, |v| v.parse().unwrap());
+        let per_s: f64 = std::env::var("SIM_PER_S").map_or(1.5e6, |v| v.parse().unwrap());
+        let n: u64 = std::env::var("SIM_N").map_or(10_000_000, |v| v.parse().unwrap());
+        let p = Params::new(Kind::TokenBucket, 5, Per::Rate(rate), 1);
+        let local = LocalBuckets::new(10_000);
+        let t0 = 1.7e15;
+        let mut hist = [0u64; 6];
+        for i in 0..n {
+            let k = foldhash::fast::FixedState::with_seed(9).hash_one(i);
+            let now = t0 + (i as f64 / per_s * 1e6).floor();
+            let d = local.decide(k, 5, &p, 1, now);
+            hist[if d.allowed { d.remaining as usize } else { 5 }] += 1;
+            if (i + 1) % (n / 10) == 0 {
+                println!("{} keys: remaining 4..0 / deny: {:?}", i + 1, hist.iter().rev().collect::<Vec<_>>());
+                hist = [0; 6];
+            }
+        }
     }
 }

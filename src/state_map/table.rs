@@ -232,9 +232,10 @@ impl<V: Default> Table<V> {
         Some(&mut bucket.values[w])
     }
 
-    /// The slot of `key` at tick `now`, `V::default()` inserted first if not held
-    /// (which may evict another key, worthless ones first); marked as used.
-    pub fn entry(&mut self, key: u64, now: u64) -> Slot<'_, V> {
+    /// The slot of `key`, of kind `tag` (see [`Stamp`]), at tick `now`, `V::default()`
+    /// inserted first if not held (which may evict another key, worthless ones first);
+    /// marked as used.
+    pub fn entry(&mut self, key: u64, tag: u8, now: u64) -> Slot<'_, V> {
         self.now = now;
         let (b, w, recorded) = match self.find(key) {
             Some((b, w)) => {
@@ -243,7 +244,7 @@ impl<V: Default> Table<V> {
             }
             None => {
                 let (b, w) = self.insert_new(key);
-                (b, w, self.sketch.lookup(key, now))
+                (b, w, self.sketch.lookup(key, tag, now))
             }
         };
         let evicted = mem::take(&mut self.evicted);
@@ -564,7 +565,7 @@ mod tests {
             let mut t: Table<u64> = Table::new(share, 64);
             assert!(t.slots() <= INITIAL_BUCKETS * WAYS, "starts small");
             for i in 0..share as u64 {
-                *t.entry(tag_key(i), 0).value = i;
+                *t.entry(tag_key(i), 1, 0).value = i;
             }
             // Growth never drops a key; only the largest table, when a key finds no
             // free slot within reach of its home bucket, evicts before the share is
@@ -591,7 +592,7 @@ mod tests {
                 .count();
             assert_eq!(held, t.len(), "share {share}");
             for i in share as u64..3 * share as u64 {
-                *t.entry(tag_key(i), 0).value = i;
+                *t.entry(tag_key(i), 1, 0).value = i;
                 assert!(t.len() <= share);
             }
             assert_eq!(t.len(), share, "share {share}: full after churn");
@@ -613,7 +614,7 @@ mod tests {
                 let mut slots = t.slots();
                 for i in 0..share as u64 {
                     let before = t.len();
-                    *t.entry(key(i), 0).value = i;
+                    *t.entry(key(i), 1, 0).value = i;
                     if t.slots() != slots {
                         slots = t.slots();
                         assert_eq!(
@@ -637,12 +638,12 @@ mod tests {
         let share = 20_000;
         let mut t: Table<u64> = Table::new(share, 64);
         for i in 0..share as u64 {
-            *t.entry(tag_key(i), 0).value = i;
+            *t.entry(tag_key(i), 1, 0).value = i;
         }
         let working: Vec<u64> = (0..share as u64).map(|i| tag_key(1_000_000 + i)).collect();
         for _ in 0..4 {
             for &k in &working {
-                t.entry(k, 0);
+                t.entry(k, 1, 0);
             }
         }
         let held = working.iter().filter(|&&k| t.get_mut(k).is_some()).count();
@@ -659,16 +660,16 @@ mod tests {
             for worthless in 0..share as u64 {
                 let mut t: Table<u64> = Table::new(share, 64);
                 for i in 0..share as u64 {
-                    let slot = t.entry(tag_key(i), 0);
+                    let slot = t.entry(tag_key(i), 1, 0);
                     *slot.value = i;
                     // Stamps as a local bucket's: fresh again at tick 50 or at 1000.
-                    *slot.stamp = Stamp::new(if i == worthless { 50 } else { 1000 }, 9);
+                    *slot.stamp = Stamp::new(if i == worthless { 50 } else { 1000 }, 9, 1);
                 }
                 // The worthless key was used last and most often: RRIP alone keeps it.
                 for _ in 0..3 {
-                    t.entry(tag_key(worthless), 0);
+                    t.entry(tag_key(worthless), 1, 0);
                 }
-                let slot = t.entry(tag_key(1_000), 100);
+                let slot = t.entry(tag_key(1_000), 1, 100);
                 assert_eq!(
                     (slot.evicted, slot.recorded),
                     (Evicted { fresh: 1, used: 0 }, None),
@@ -684,16 +685,16 @@ mod tests {
     #[test]
     fn a_value_evicted_while_it_matters_is_handed_back_to_its_key() {
         let mut t: Table<u64> = Table::new(100, 64);
-        *t.entry(tag_key(0), 0).stamp = Stamp::new(5000, 255);
+        *t.entry(tag_key(0), 1, 0).stamp = Stamp::new(5000, 255, 1);
         let mut used = 0;
         for i in 1..1000 {
-            let slot = t.entry(tag_key(i), 10);
-            *slot.stamp = Stamp::new(20, 1);
+            let slot = t.entry(tag_key(i), 1, 10);
+            *slot.stamp = Stamp::new(20, 1, 1);
             used += slot.evicted.used;
         }
         assert!(t.get_mut(tag_key(0)).is_none(), "flooded out");
         assert_eq!(used, 900, "key 0 and 899 others");
-        let back = t.entry(tag_key(0), 19).recorded.expect("recorded");
+        let back = t.entry(tag_key(0), 1, 19).recorded.expect("recorded");
         assert!(back.fresh_at() >= 5000 && back.drained() == 255);
     }
 
@@ -701,7 +702,7 @@ mod tests {
     fn key_zero_is_a_key_like_any_other() {
         let mut t: Table<u64> = Table::new(10, 64);
         assert_eq!(t.get_mut(0), None);
-        *t.entry(0, 0).value = 5;
+        *t.entry(0, 1, 0).value = 5;
         assert_eq!(t.get_mut(0).copied(), Some(5));
         assert_eq!(t.len(), 1);
     }
