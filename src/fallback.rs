@@ -19,7 +19,7 @@ use crate::algorithm::{Outcome, Params, State};
 use crate::config::{OnRedisFailure, Rule};
 use crate::decision::{Decision, Source};
 use crate::key::KeyHash;
-use crate::state_map::{ticks_floor, Evicted, Slot, StateMap};
+use crate::state_map::{Evicted, Slot, StateMap};
 use metrics::Counter;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -103,18 +103,26 @@ impl LocalBuckets {
         cost: u32,
         now_us: f64,
     ) -> Decision {
-        let (mut outcome, evicted) =
-            self.buckets
-                .with_slot(key, restart::tag(params), ticks_floor(now_us), |slot: Slot<'_, _>| {
-                    if let Some(rec) = slot.recorded {
-                        *slot.value = Some(restart::restart(params, rec, now_us));
-                    }
-                    let outcome = params.decide(slot.value, now_us, u64::from(cost));
-                    *slot.stamp = restart::stamp(&outcome, params, now_us);
-                    (outcome, slot.evicted)
-                });
+        let cost = u64::from(cost);
+        let (mut outcome, evicted) = self.buckets.with_slot(key, now_us, |slot: Slot<'_, _>| {
+            let mut wrote = false;
+            if slot.new {
+                if let Some(rec) = slot.recorded(restart::tag(params)) {
+                    *slot.value = Some(restart::restart(params, rec, now_us));
+                    wrote = true;
+                }
+            }
+            let outcome = params.decide(slot.value, now_us, cost);
+            // A decision that wrote nothing (a DENY, a cost of 0) left the state
+            // as it was or fresher (a log dropping old entries): the stamp stays
+            // an upper bound.
+            if wrote || (outcome.allowed && cost > 0) {
+                *slot.stamp = restart::stamp(&outcome, params, now_us);
+            }
+            (outcome, slot.evicted)
+        });
         self.count(evicted);
-        if !outcome.allowed && !params.can_ever_pass(u64::from(cost)) {
+        if !outcome.allowed && !params.can_ever_pass(cost) {
             // This host's share is below `cost`: it cannot pass until Redis is back;
             // ask to retry about when the circuit is probed again, not in 1 ms.
             outcome.wait_ms = outcome.wait_ms.max(FAIL_CLOSED_RETRY_MS);
@@ -142,28 +150,26 @@ impl LocalBuckets {
         let unused = outcome.remaining as f64 / rule.limit().max(1) as f64;
         let reset_us = outcome.reset_ms as f64 * 1000.0;
         let mut seeded = Some(params.seed(unused, reset_us, now_us));
-        let evicted = self
-            .buckets
-            .with_slot(key, restart::tag(&params), ticks_floor(now_us), |slot: Slot<'_, _>| {
-                let state = slot.value;
-                if let Some(rec) = slot.recorded {
-                    *state = Some(restart::restart(&params, rec, now_us));
-                }
-                // A cost of 0 reads what each would admit now and changes nothing that
-                // matters (a log drops the entries that left its window).
-                if state.is_none() {
+        let evicted = self.buckets.with_slot(key, now_us, |slot: Slot<'_, _>| {
+            if let Some(rec) = slot.recorded(restart::tag(&params)) {
+                *slot.value = Some(restart::restart(&params, rec, now_us));
+            }
+            let state = slot.value;
+            // A cost of 0 reads what each would admit now and changes nothing that
+            // matters (a log drops the entries that left its window).
+            if state.is_none() {
+                *state = seeded;
+            } else {
+                let here = params.decide(state, now_us, 0).remaining;
+                let there = params.decide(&mut seeded, now_us, 0).remaining;
+                if state.is_none() || there < here {
                     *state = seeded;
-                } else {
-                    let here = params.decide(state, now_us, 0).remaining;
-                    let there = params.decide(&mut seeded, now_us, 0).remaining;
-                    if state.is_none() || there < here {
-                        *state = seeded;
-                    }
                 }
-                let now = params.decide(state, now_us, 0);
-                *slot.stamp = restart::stamp(&now, &params, now_us);
-                slot.evicted
-            });
+            }
+            let now = params.decide(state, now_us, 0);
+            *slot.stamp = restart::stamp(&now, &params, now_us);
+            slot.evicted
+        });
         self.count(evicted);
     }
 

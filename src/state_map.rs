@@ -121,25 +121,19 @@ impl<V: Clone + Default> StateMap<V> {
     /// owner keeps no account of their worth ([`Stamp::WORTHLESS`]: eviction by RRIP
     /// alone, nothing recorded).
     pub fn with<R>(&self, key: KeyHash, f: impl FnOnce(&mut V) -> R) -> R {
-        self.with_slot(key, 0, 0, |slot| f(slot.value))
+        self.with_slot(key, 0.0, |slot| f(slot.value))
     }
 
-    /// Runs `f` on the slot of `key`, of kind `tag` (see [`Stamp`]), at tick `now`
-    /// ([`ticks_floor`] of the owner's clock, which must never go back), inserting `V::default()` first if the key is
+    /// Runs `f` on the slot of `key` at `now_us` (µs on the owner's clock, which must
+    /// never go back), inserting `V::default()` first if the key is
     /// not held: then another key may be evicted (one worth nothing first), and the
     /// slot carries what the map recorded of this key if it was evicted while it
     /// still mattered. `f` sets the slot's stamp after writing its value. The entry
     /// counts as used.
-    pub fn with_slot<R>(
-        &self,
-        key: KeyHash,
-        tag: u8,
-        now: u64,
-        f: impl FnOnce(Slot<'_, V>) -> R,
-    ) -> R {
+    pub fn with_slot<R>(&self, key: KeyHash, now_us: f64, f: impl FnOnce(Slot<'_, V>) -> R) -> R {
         let shard = &self.shards[self.index(key)];
         let mut table = shard.table.lock().unwrap_or_else(PoisonError::into_inner);
-        let r = f(table.entry(key, tag, now));
+        let r = f(table.entry(key, now_us));
         shard.publish(&table, &self.large);
         r
     }
@@ -163,7 +157,7 @@ impl<V: Clone + Default> StateMap<V> {
     pub fn insert(&self, key: KeyHash, value: V) {
         let shard = &self.shards[self.index(key)];
         let mut table = shard.table.lock().unwrap_or_else(PoisonError::into_inner);
-        *table.entry(key, 0, 0).value = value;
+        *table.entry(key, 0.0).value = value;
         shard.publish(&table, &self.large);
     }
 
@@ -186,7 +180,12 @@ impl<V: Clone + Default> StateMap<V> {
     pub fn sketch_bytes(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.table.lock().unwrap_or_else(PoisonError::into_inner).sketch_bytes())
+            .map(|s| {
+                s.table
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .sketch_bytes()
+            })
             .sum()
     }
 

@@ -63,7 +63,9 @@ refill_rate = 2.0
 /// thread), and reads every reply; returns (ALLOWs, DENYs).
 fn flood(socket: &std::path::Path, n: u64) -> (u64, u64) {
     let stream = UnixStream::connect(socket).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     let writer = stream.try_clone().unwrap();
     let sender = std::thread::spawn(move || {
         let mut w = BufWriter::with_capacity(1 << 16, writer);
@@ -79,7 +81,10 @@ fn flood(socket: &std::path::Path, n: u64) -> (u64, u64) {
     for i in 0..n {
         line.clear();
         let read = reader.read_line(&mut line).expect("reading a flood reply");
-        assert!(read > 0, "the daemon closed the connection after {i} replies");
+        assert!(
+            read > 0,
+            "the daemon closed the connection after {i} replies"
+        );
         if line.starts_with("ALLOW ") {
             allowed += 1;
         } else if line.starts_with("DENY ") {
@@ -88,7 +93,10 @@ fn flood(socket: &std::path::Path, n: u64) -> (u64, u64) {
             panic!("reply {i}: {line}");
         }
         if i % 65_536 == 0 {
-            assert!(Instant::now() < deadline, "flood not answered in {FLOOD_TIMEOUT:?}");
+            assert!(
+                Instant::now() < deadline,
+                "flood not answered in {FLOOD_TIMEOUT:?}"
+            );
         }
     }
     sender.join().unwrap();
@@ -110,10 +118,17 @@ fn a_drained_key_stays_drained_through_a_flood_of_distinct_keys() {
     let d = Daemon::start_with(&daemon_program(), &[("RUST_LOG", "warn")], &config(port));
     let mut c = d.connect();
     for left in (0..5).rev() {
-        assert_eq!(c.request("CHECK api drained"), format!("ALLOW 5 {left} {} 0 local 500000", (5 - left) * 100_000));
+        assert_eq!(
+            c.request("CHECK api drained"),
+            format!("ALLOW 5 {left} {} 0 local 500000", (5 - left) * 100_000)
+        );
     }
     let r = parse_reply(&c.request("CHECK api drained"));
-    assert_eq!((r.allowed(), r.remaining), (false, 0), "drained before the flood");
+    assert_eq!(
+        (r.allowed(), r.remaining),
+        (false, 0),
+        "drained before the flood"
+    );
 
     let n = flood_keys();
     let t = Instant::now();
@@ -127,9 +142,16 @@ fn a_drained_key_stays_drained_through_a_flood_of_distinct_keys() {
 
     // The bound: what the drained key was refilled since (at most 0.01 token/s × the
     // flood's seconds) is all it may have; under 1 token: DENY, nothing remaining.
-    assert!(took < Duration::from_secs(99), "the test's bound assumes < 1 token refilled");
+    assert!(
+        took < Duration::from_secs(99),
+        "the test's bound assumes < 1 token refilled"
+    );
     let r = parse_reply(&c.request("CHECK api drained"));
-    assert_eq!((r.allowed(), r.remaining), (false, 0), "after {n} keys: {r:?}");
+    assert_eq!(
+        (r.allowed(), r.remaining),
+        (false, 0),
+        "after {n} keys: {r:?}"
+    );
 
     // Utilisation: a key of "api" never used before starts full, every one of them.
     let fresh: Vec<String> = (0..1000).map(|i| format!("CHECK api never{i}")).collect();
@@ -143,6 +165,9 @@ fn a_drained_key_stays_drained_through_a_flood_of_distinct_keys() {
     let used = metric(&s, "ratelimitd_local_evictions_total{kind=\"used\"}");
     let fresh = metric(&s, "ratelimitd_local_evictions_total{kind=\"fresh\"}");
     eprintln!("evictions: {used} used, {fresh} fresh");
-    assert!(used + fresh >= (n - 10_000) as f64, "{used} + {fresh} evictions for {n} keys");
+    assert!(
+        used + fresh >= (n - 10_000) as f64,
+        "{used} + {fresh} evictions for {n} keys"
+    );
     assert!(used > 0.0, "the flood's keys still mattered when evicted");
 }

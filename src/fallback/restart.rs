@@ -37,8 +37,8 @@
 
 use crate::algorithm::fixed_window::window_start;
 use crate::algorithm::{
-    fixed_window, leaky_bucket, sliding_window_counter, sliding_window_log, token_bucket,
-    Outcome, Params, State,
+    fixed_window, leaky_bucket, sliding_window_counter, sliding_window_log, token_bucket, Outcome,
+    Params, State, MICRO,
 };
 use crate::state_map::{ticks_ceil, ticks_to_us, Stamp};
 
@@ -47,12 +47,9 @@ pub fn stamp(outcome: &Outcome, params: &Params, now_us: f64) -> Stamp {
     if outcome.reset_ms == 0 {
         return Stamp::WORTHLESS;
     }
-    let fresh_at = ticks_ceil(now_us + outcome.reset_ms as f64 * 1000.0);
-    Stamp::new(
-        fresh_at,
-        drained(params.units(), outcome.remaining),
-        tag(params),
-    )
+    let fresh_at = ticks_ceil(now_us, outcome.reset_ms);
+    let (units, tag) = units_and_tag(params);
+    Stamp::new(fresh_at, drained(units, outcome.remaining), tag)
 }
 
 /// The sketch tag of states decided under `params` (1–255): a hash of the algorithm,
@@ -60,33 +57,44 @@ pub fn stamp(outcome: &Outcome, params: &Params, now_us: f64) -> Stamp {
 /// does not drain the keys of a rule with other parameters coming back (module
 /// `state_map::sketch`).
 pub fn tag(params: &Params) -> u8 {
-    let (kind, a, b) = match params {
-        Params::TokenBucket(p) => (1, p.capacity, p.refill_rate),
-        Params::LeakyBucket(p) => (2, p.capacity, p.leak_rate),
-        Params::FixedWindow(p) => (3, p.limit, p.window),
-        Params::SlidingWindowLog(p) => (4, p.limit, p.window),
-        Params::SlidingWindowCounter(p) => (5, p.limit, p.window),
+    units_and_tag(params).1
+}
+
+/// The share's capacity or limit in units ([`Params::units`]) and [`tag`], in one
+/// dispatch (a stamp is made at every write).
+fn units_and_tag(params: &Params) -> (f64, u8) {
+    let (kind, a, b, units) = match params {
+        Params::TokenBucket(p) => (1, p.capacity, p.refill_rate, p.capacity / MICRO),
+        Params::LeakyBucket(p) => (2, p.capacity, p.leak_rate, p.capacity / MICRO),
+        Params::FixedWindow(p) => (3, p.limit, p.window, p.limit),
+        Params::SlidingWindowLog(p) => (4, p.limit, p.window, p.limit),
+        Params::SlidingWindowCounter(p) => (5, p.limit, p.window, p.limit),
     };
-    let h = (a.to_bits() ^ b.to_bits().rotate_left(29) ^ kind)
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    ((h >> 56) as u8).max(1)
+    let h = (a.to_bits() ^ b.to_bits().rotate_left(29) ^ kind).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (units, ((h >> 56) as u8).max(1))
 }
 
 /// `⌈255 × (units − remaining) ÷ units⌉`, at most 255: an upper bound, in 1/255ths, of
-/// the share used. Exact for a whole `units` (the quotient of two exact integers is
-/// either a whole number or at least 1/units from one); with a margin otherwise.
+/// the share used. In integers for a whole `units` (exact); with a margin otherwise.
 fn drained(units: f64, remaining: u64) -> u8 {
+    if remaining == 0 {
+        return 255;
+    }
+    // `units` ≤ 10⁹ (`MAX_LIMIT`): it fits an i64 (a cheaper conversion than to u64)
+    // and the product below a u64 (a u128 division would be a call).
+    let whole = (units as i64).max(0) as u64;
+    if whole as f64 == units {
+        let used = whole.saturating_sub(remaining);
+        return used.saturating_mul(255).div_ceil(whole.max(1)).min(255) as u8;
+    }
     let used = units - remaining as f64;
     if used <= 0.0 {
         return 0;
     }
-    let x = 255.0 * used / units;
-    let q = if units.fract() == 0.0 {
-        x.ceil()
-    } else {
-        (x + 1e-6).ceil()
-    };
-    q.min(255.0) as u8
+    // Rounded up: the truncation of a value ≥ 0, plus one unless already whole.
+    let x = 255.0 * used / units + 1e-6;
+    let q = x as u64 + u64::from((x as u64) as f64 != x);
+    q.min(255) as u8
 }
 
 /// `⌈q × units ÷ 255⌉` for a window's count: at least `units − remaining` of the
@@ -201,13 +209,19 @@ mod tests {
                     let mut back = Some(restart(&p, st, now));
                     let (mut a_kept, mut a_back) =
                         (admits(&p, &mut kept, now), admits(&p, &mut back, now));
-                    assert!(a_back <= a_kept, "{kind:?} used {used} +{later_ms} ms: {a_back} > {a_kept}");
+                    assert!(
+                        a_back <= a_kept,
+                        "{kind:?} used {used} +{later_ms} ms: {a_back} > {a_kept}"
+                    );
                     // And later on too: in total, since the restart, never more.
                     for more_ms in [300.0, 2600.0, 10_001.0, 20_002.0] {
                         let t = now + more_ms * 1000.0;
                         a_kept += admits(&p, &mut kept, t);
                         a_back += admits(&p, &mut back, t);
-                        assert!(a_back <= a_kept, "{kind:?} used {used} +{later_ms}+{more_ms} ms");
+                        assert!(
+                            a_back <= a_kept,
+                            "{kind:?} used {used} +{later_ms}+{more_ms} ms"
+                        );
                     }
                 }
             }
@@ -262,7 +276,10 @@ mod tests {
             assert!(local.len() <= 1000);
             let d = local.decide(drained, 5, &p, 1, now);
             assert_eq!((d.allowed, d.remaining), (false, 0), "{kind:?}");
-            assert!(local.buckets.sketch_bytes() > 0, "{kind:?}: nothing recorded");
+            assert!(
+                local.buckets.sketch_bytes() > 0,
+                "{kind:?}: nothing recorded"
+            );
         }
     }
 
@@ -281,7 +298,11 @@ mod tests {
                 let d = local.decide(key(i), 5, &p, 0, T0 + 1.0);
                 assert_eq!((d.allowed, d.remaining), (true, 5), "{kind:?}");
             }
-            assert_eq!(local.buckets.sketch_bytes(), 0, "{kind:?}: a used key was evicted");
+            assert_eq!(
+                local.buckets.sketch_bytes(),
+                0,
+                "{kind:?}: a used key was evicted"
+            );
             for &k in &used {
                 let d = local.decide(k, 5, &p, 0, T0 + 2.0);
                 assert_eq!(d.remaining, 4, "{kind:?}");
@@ -321,7 +342,11 @@ mod sim {
             let d = local.decide(k, 5, &p, 1, now);
             hist[if d.allowed { d.remaining as usize } else { 5 }] += 1;
             if (i + 1) % (n / 10) == 0 {
-                println!("{} keys: remaining 4..0 / deny: {:?}", i + 1, hist.iter().rev().collect::<Vec<_>>());
+                println!(
+                    "{} keys: remaining 4..0 / deny: {:?}",
+                    i + 1,
+                    hist.iter().rev().collect::<Vec<_>>()
+                );
                 hist = [0; 6];
             }
         }

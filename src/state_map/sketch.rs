@@ -48,10 +48,10 @@
 pub const ROWS: usize = 4;
 
 /// Ticks per second: the unit of [`Stamp`] times (1/64 s ≈ 15.6 ms).
-pub const TICKS_PER_S: f64 = 64.0;
+pub const TICKS_PER_S: u64 = 64;
 
-/// µs per tick.
-const US_PER_TICK: f64 = 1e6 / TICKS_PER_S;
+/// µs per tick (exact).
+const US_PER_TICK: u64 = 1_000_000 / TICKS_PER_S;
 
 /// Bits of a stamp's `fresh_at` (in ticks since the epoch: up to the year 2106).
 const TIME_BITS: u32 = 38;
@@ -61,19 +61,25 @@ const DRAINED_AT: u32 = TIME_BITS;
 const TAG_AT: u32 = DRAINED_AT + 8;
 const FP_AT: u32 = TAG_AT + 8;
 
-/// `now` µs (since the epoch, local clock) in whole ticks, rounded down.
+/// `us` µs (since the epoch, local clock) in whole ticks, rounded down (integer
+/// arithmetic: no call to a software `floor` on CPUs without SSE4.1).
 pub fn ticks_floor(us: f64) -> u64 {
-    ((us.max(0.0) / US_PER_TICK).floor() as u64).min(TIME_MASK)
+    // `as` saturates: a negative or NaN time is 0 (a conversion to i64 is cheaper
+    // than to u64 on x86-64; times fit in either).
+    ((us as i64).max(0) as u64 / US_PER_TICK).min(TIME_MASK)
 }
 
-/// `us` in whole ticks, rounded up (saturating at the largest stamp time).
-pub fn ticks_ceil(us: f64) -> u64 {
-    ((us.max(0.0) / US_PER_TICK).ceil() as u64).min(TIME_MASK)
+/// `us` µs plus `plus_ms` ms, in whole ticks, rounded up (possibly one tick more;
+/// saturating at the largest stamp time): `us` is below the end of its tick, and
+/// `plus_ms` is rounded up to ticks.
+pub fn ticks_ceil(us: f64, plus_ms: u64) -> u64 {
+    let plus = plus_ms.saturating_mul(TICKS_PER_S).div_ceil(1000);
+    (ticks_floor(us) + 1).saturating_add(plus).min(TIME_MASK)
 }
 
 /// The start of tick `t`, µs since the epoch (exact in doubles).
 pub fn ticks_to_us(t: u64) -> f64 {
-    t as f64 * US_PER_TICK
+    (t * US_PER_TICK) as f64
 }
 
 /// What a value's owner tells the map about it: from when it is worth nothing
@@ -92,9 +98,7 @@ impl Stamp {
     /// A value of kind `tag` (1–255), worth nothing from tick `fresh_at` on, drained
     /// at most `drained` ÷ 255.
     pub fn new(fresh_at: u64, drained: u8, tag: u8) -> Self {
-        Stamp(
-            fresh_at.min(TIME_MASK) | u64::from(drained) << DRAINED_AT | u64::from(tag) << TAG_AT,
-        )
+        Stamp(fresh_at.min(TIME_MASK) | u64::from(drained) << DRAINED_AT | u64::from(tag) << TAG_AT)
     }
 
     /// The tick from which the value equals a new key's.
@@ -243,7 +247,11 @@ mod tests {
         s.record(key(1), Stamp::new(1000, 255, 7), 10);
         // Many other keys recorded after it only raise its bounds.
         for i in 2..20_000 {
-            s.record(key(i), Stamp::new(500 + i % 400, (i % 50) as u8, 7), 10 + i / 100);
+            s.record(
+                key(i),
+                Stamp::new(500 + i % 400, (i % 50) as u8, 7),
+                10 + i / 100,
+            );
         }
         let found = s.lookup(key(1), 7, 300).expect("recorded");
         assert!(found.fresh_at() >= 1000 && found.drained() == 255);

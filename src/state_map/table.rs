@@ -43,7 +43,7 @@
 //!   it: the last step is never a small one); only there does a full bucket evict below
 //!   the share.
 
-use super::sketch::{Sketch, Stamp};
+use super::sketch::{ticks_floor, Sketch, Stamp};
 use std::mem;
 
 /// Slots per bucket: 6 keys (48 bytes) and their metadata fill the bucket's first
@@ -157,13 +157,29 @@ pub struct Evicted {
 pub struct Slot<'a, V> {
     /// The value (`V::default()` for a key just inserted).
     pub value: &'a mut V,
-    /// The value's stamp: the owner sets it after each write.
+    /// The value's stamp: the owner sets it after each write ([`Stamp::WORTHLESS`]
+    /// for a key just inserted).
     pub stamp: &'a mut Stamp,
-    /// For a key just inserted: what the sketch recorded of it when it was evicted
-    /// while it still mattered (or a false positive's record: an upper bound either way).
-    pub recorded: Option<Stamp>,
     /// The evictions that made room for it.
     pub evicted: Evicted,
+    /// The key was just inserted.
+    pub new: bool,
+    key: u64,
+    now: u64,
+    sketch: &'a Sketch,
+}
+
+impl<V> Slot<'_, V> {
+    /// For a key just inserted, of kind `tag`: what the sketch recorded of it when it
+    /// was evicted while it still mattered (or a false positive's record: an upper bound
+    /// either way). `None` for a key that was held.
+    pub fn recorded(&self, tag: u8) -> Option<Stamp> {
+        if self.new {
+            self.sketch.lookup(self.key, tag, self.now)
+        } else {
+            None
+        }
+    }
 }
 
 /// A bounded table of at most `share` values keyed by a 64-bit hash.
@@ -232,28 +248,33 @@ impl<V: Default> Table<V> {
         Some(&mut bucket.values[w])
     }
 
-    /// The slot of `key`, of kind `tag` (see [`Stamp`]), at tick `now`, `V::default()`
-    /// inserted first if not held (which may evict another key, worthless ones first);
-    /// marked as used.
-    pub fn entry(&mut self, key: u64, tag: u8, now: u64) -> Slot<'_, V> {
-        self.now = now;
-        let (b, w, recorded) = match self.find(key) {
+    /// The slot of `key` at `now_us` (µs on the owner's clock, which must never go
+    /// back), `V::default()` inserted first if not held (which may evict another key,
+    /// worthless ones first); marked as used.
+    pub fn entry(&mut self, key: u64, now_us: f64) -> Slot<'_, V> {
+        let (b, w, new) = match self.find(key) {
             Some((b, w)) => {
                 self.buckets[b].meta[w] = OCCUPIED;
-                (b, w, None)
+                (b, w, false)
             }
             None => {
+                // Only an insert needs the time (what is worth nothing now).
+                self.now = ticks_floor(now_us);
                 let (b, w) = self.insert_new(key);
-                (b, w, self.sketch.lookup(key, tag, now))
+                (b, w, true)
             }
         };
+        let now = self.now;
         let evicted = mem::take(&mut self.evicted);
         let bucket = &mut self.buckets[b];
         Slot {
             value: &mut bucket.values[w],
             stamp: &mut bucket.stamps[w],
-            recorded,
             evicted,
+            new,
+            key,
+            now,
+            sketch: &self.sketch,
         }
     }
 
@@ -565,7 +586,7 @@ mod tests {
             let mut t: Table<u64> = Table::new(share, 64);
             assert!(t.slots() <= INITIAL_BUCKETS * WAYS, "starts small");
             for i in 0..share as u64 {
-                *t.entry(tag_key(i), 1, 0).value = i;
+                *t.entry(tag_key(i), 0.0).value = i;
             }
             // Growth never drops a key; only the largest table, when a key finds no
             // free slot within reach of its home bucket, evicts before the share is
@@ -592,7 +613,7 @@ mod tests {
                 .count();
             assert_eq!(held, t.len(), "share {share}");
             for i in share as u64..3 * share as u64 {
-                *t.entry(tag_key(i), 1, 0).value = i;
+                *t.entry(tag_key(i), 0.0).value = i;
                 assert!(t.len() <= share);
             }
             assert_eq!(t.len(), share, "share {share}: full after churn");
@@ -614,7 +635,7 @@ mod tests {
                 let mut slots = t.slots();
                 for i in 0..share as u64 {
                     let before = t.len();
-                    *t.entry(key(i), 1, 0).value = i;
+                    *t.entry(key(i), 0.0).value = i;
                     if t.slots() != slots {
                         slots = t.slots();
                         assert_eq!(
@@ -638,12 +659,12 @@ mod tests {
         let share = 20_000;
         let mut t: Table<u64> = Table::new(share, 64);
         for i in 0..share as u64 {
-            *t.entry(tag_key(i), 1, 0).value = i;
+            *t.entry(tag_key(i), 0.0).value = i;
         }
         let working: Vec<u64> = (0..share as u64).map(|i| tag_key(1_000_000 + i)).collect();
         for _ in 0..4 {
             for &k in &working {
-                t.entry(k, 1, 0);
+                t.entry(k, 0.0);
             }
         }
         let held = working.iter().filter(|&&k| t.get_mut(k).is_some()).count();
@@ -660,18 +681,18 @@ mod tests {
             for worthless in 0..share as u64 {
                 let mut t: Table<u64> = Table::new(share, 64);
                 for i in 0..share as u64 {
-                    let slot = t.entry(tag_key(i), 1, 0);
+                    let slot = t.entry(tag_key(i), 0.0);
                     *slot.value = i;
                     // Stamps as a local bucket's: fresh again at tick 50 or at 1000.
                     *slot.stamp = Stamp::new(if i == worthless { 50 } else { 1000 }, 9, 1);
                 }
                 // The worthless key was used last and most often: RRIP alone keeps it.
                 for _ in 0..3 {
-                    t.entry(tag_key(worthless), 1, 0);
+                    t.entry(tag_key(worthless), 0.0);
                 }
-                let slot = t.entry(tag_key(1_000), 1, 100);
+                let slot = t.entry(tag_key(1_000), 1562500.0);
                 assert_eq!(
-                    (slot.evicted, slot.recorded),
+                    (slot.evicted, slot.recorded(1)),
                     (Evicted { fresh: 1, used: 0 }, None),
                     "share {share}"
                 );
@@ -685,16 +706,16 @@ mod tests {
     #[test]
     fn a_value_evicted_while_it_matters_is_handed_back_to_its_key() {
         let mut t: Table<u64> = Table::new(100, 64);
-        *t.entry(tag_key(0), 1, 0).stamp = Stamp::new(5000, 255, 1);
+        *t.entry(tag_key(0), 0.0).stamp = Stamp::new(5000, 255, 1);
         let mut used = 0;
         for i in 1..1000 {
-            let slot = t.entry(tag_key(i), 1, 10);
+            let slot = t.entry(tag_key(i), 156250.0);
             *slot.stamp = Stamp::new(20, 1, 1);
             used += slot.evicted.used;
         }
         assert!(t.get_mut(tag_key(0)).is_none(), "flooded out");
         assert_eq!(used, 900, "key 0 and 899 others");
-        let back = t.entry(tag_key(0), 1, 19).recorded.expect("recorded");
+        let back = t.entry(tag_key(0), 296875.0).recorded(1).expect("recorded");
         assert!(back.fresh_at() >= 5000 && back.drained() == 255);
     }
 
@@ -702,7 +723,7 @@ mod tests {
     fn key_zero_is_a_key_like_any_other() {
         let mut t: Table<u64> = Table::new(10, 64);
         assert_eq!(t.get_mut(0), None);
-        *t.entry(0, 1, 0).value = 5;
+        *t.entry(0, 0.0).value = 5;
         assert_eq!(t.get_mut(0).copied(), Some(5));
         assert_eq!(t.len(), 1);
     }
