@@ -30,6 +30,10 @@ pub const CIRCUIT_TRANSITIONS: &str = "ratelimitd_circuit_transitions_total";
 pub const CACHE_ENTRIES: &str = "ratelimitd_cache_entries";
 /// Keys with local state (local buckets).
 pub const LOCAL_KEYS: &str = "ratelimitd_local_keys";
+/// Evictions from the local buckets, by `kind`: `fresh` (a state equal to a new key's,
+/// dropped without a trace) or `used` (a state that still mattered, recorded so that
+/// its key comes back no fuller).
+pub const LOCAL_EVICTIONS: &str = "ratelimitd_local_evictions_total";
 /// Open client connections.
 pub const CONNECTIONS: &str = "ratelimitd_connections";
 /// Configuration reloads, by `result` (`ok`, `rejected`).
@@ -112,6 +116,10 @@ fn describe() {
     describe_counter!(CIRCUIT_TRANSITIONS, "Circuit transitions, by new state");
     describe_gauge!(CACHE_ENTRIES, "Entries in the deny cache");
     describe_gauge!(LOCAL_KEYS, "Keys with local state (local buckets)");
+    describe_counter!(
+        LOCAL_EVICTIONS,
+        "Evictions from the local buckets, by kind (fresh: worth nothing; used: recorded)"
+    );
     describe_gauge!(CONNECTIONS, "Open client connections");
     describe_counter!(RELOADS, "Configuration reloads by result");
     describe_gauge!(LEASE_KEYS, "Keys in the lease book");
@@ -148,6 +156,14 @@ impl DecisionCounters {
     pub fn record(&self, d: &Decision) {
         self.by[usize::from(d.allowed)][d.source.index()].increment(1);
     }
+}
+
+/// The local-eviction counters, `[fresh, used]` (no-ops when metrics are off).
+pub fn local_evictions() -> [Counter; 2] {
+    [
+        counter!(LOCAL_EVICTIONS, "kind" => "fresh"),
+        counter!(LOCAL_EVICTIONS, "kind" => "used"),
+    ]
 }
 
 /// Counts one `ERR` reply.

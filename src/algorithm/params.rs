@@ -78,6 +78,8 @@ pub trait Shape: Sized {
     fn can_ever_pass(&self, cost: u64) -> bool;
     /// The three script arguments after the key, for a request of `cost` units.
     fn script_args(&self, cost: u32) -> [Arg; 3];
+    /// The capacity or limit of this share, in units (possibly fractional).
+    fn units(&self) -> f64;
 }
 
 /// One argument of a Lua twin, typed so the store sends it exactly.
@@ -108,6 +110,10 @@ macro_rules! bucket_shape {
 
             fn can_ever_pass(&self, cost: u64) -> bool {
                 cost as f64 * MICRO <= self.capacity
+            }
+
+            fn units(&self) -> f64 {
+                self.capacity / MICRO
             }
 
             fn script_args(&self, cost: u32) -> [Arg; 3] {
@@ -151,6 +157,10 @@ impl Shape for WindowParams {
 
     fn can_ever_pass(&self, cost: u64) -> bool {
         cost as f64 <= self.limit
+    }
+
+    fn units(&self) -> f64 {
+        self.limit
     }
 
     fn script_args(&self, cost: u32) -> [Arg; 3] {

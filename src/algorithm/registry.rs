@@ -76,6 +76,14 @@ macro_rules! algorithms {
                 }
             }
 
+            /// The capacity (buckets) or limit (windows) of this share, in units
+            /// (fractional when a limit is shared by hosts it does not divide).
+            pub fn units(&self) -> f64 {
+                match self {
+                    $(Params::$variant(p) => p.units(),)+
+                }
+            }
+
             /// The Lua twin's arguments after the key, for `cost` units.
             pub fn script_args(&self, cost: u32) -> [super::Arg; 3] {
                 match self {

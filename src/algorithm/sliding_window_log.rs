@@ -59,6 +59,19 @@ impl Log {
         self.entries.is_empty()
     }
 
+    /// A log of one entry: `units` admitted at `ts` µs.
+    pub fn one(ts: f64, units: f64) -> Self {
+        let mut log = Log::new();
+        if units > 0.0 {
+            log.entries.push_back(LogEntry {
+                ts,
+                units,
+                cum: units,
+            });
+        }
+        log
+    }
+
     /// The entries, oldest first.
     pub fn entries(&self) -> impl Iterator<Item = &LogEntry> {
         self.entries.iter()

@@ -263,8 +263,9 @@ pub struct FallbackConfig {
     /// `"auto"` (default): the daemons alive in Redis lately, as last seen.
     #[serde(deserialize_with = "de_hosts")]
     pub hosts: Hosts,
-    /// Most keys with a local bucket (least useful evicted first; an evicted key starts
-    /// again full, so keep this above the number of active keys).
+    /// Most keys with a local bucket (one worth nothing evicted first, else the least
+    /// useful; a key evicted while its bucket mattered comes back no fuller, but keys
+    /// never seen may then start drained: keep this above the number of active keys).
     #[serde(deserialize_with = "de_max_keys")]
     pub max_keys: u64,
     /// With `hosts = "auto"`, the count in force is never below this (1..=10000, default

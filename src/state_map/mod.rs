@@ -10,8 +10,18 @@
 //! shards, so the keys held never exceed it (a shard evicts once its own share is full,
 //! possibly a little before the whole map is); each shard starts small and grows with
 //! the keys it holds.
+//!
+//! Eviction never hands a key a budget it did not earn: each value carries a [`Stamp`]
+//! (when it becomes worth nothing, how drained it is), values worth nothing go first,
+//! and a value evicted while it still matters is recorded in a fixed-size sketch
+//! ([`sketch`]: 4 rows × 65,536 cells of 8 bytes over all shards, 2 MiB, allocated at
+//! the first such eviction), which a key coming back is handed ([`Slot::recorded`]).
 
+mod sketch;
 mod table;
+
+pub use sketch::{ticks_ceil, ticks_floor, ticks_to_us, Stamp, ROWS, TICKS_PER_S};
+pub use table::{Evicted, Slot};
 
 use crate::key::KeyHash;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
@@ -20,6 +30,9 @@ use table::Table;
 
 /// Shards of a large map: enough that the few worker threads rarely meet on one lock.
 const SHARDS: u64 = 16;
+
+/// Cells per row of the eviction sketch, over all shards (each shard has its part).
+pub const SKETCH_WIDTH: usize = 65_536;
 
 /// A shard's table past this size (bytes) no longer fits in a core's L2 cache (1–2 MB
 /// on current x86-64 servers, shared with everything else the daemon touches): from
@@ -43,8 +56,8 @@ struct Shard<V> {
 }
 
 impl<V: Default> Shard<V> {
-    fn new(share: usize) -> Self {
-        let table = Table::new(share);
+    fn new(share: usize, sketch_width: usize) -> Self {
+        let table = Table::new(share, sketch_width);
         let (base, n) = table.place_of_buckets();
         Shard {
             table: Mutex::new(table),
@@ -76,7 +89,10 @@ impl<V: Clone + Default> StateMap<V> {
             .map(|i| {
                 // Shard i holds ⌊capacity / n⌋, plus one for the first capacity mod n.
                 let share = capacity / n + u64::from(i < capacity % n);
-                Shard::new(usize::try_from(share).unwrap_or(usize::MAX))
+                Shard::new(
+                    usize::try_from(share).unwrap_or(usize::MAX),
+                    SKETCH_WIDTH / n as usize,
+                )
             })
             .collect();
         StateMap {
@@ -101,11 +117,23 @@ impl<V: Clone + Default> StateMap<V> {
     }
 
     /// Runs `f` on the value of `key`, inserting `V::default()` first if the key is not
-    /// held (which may evict another key). The entry counts as used.
+    /// held (which may evict another key). The entry counts as used. For values whose
+    /// owner keeps no account of their worth ([`Stamp::WORTHLESS`]: eviction by RRIP
+    /// alone, nothing recorded).
     pub fn with<R>(&self, key: KeyHash, f: impl FnOnce(&mut V) -> R) -> R {
+        self.with_slot(key, 0.0, |slot| f(slot.value))
+    }
+
+    /// Runs `f` on the slot of `key` at `now_us` (µs on the owner's clock, which must
+    /// never go back), inserting `V::default()` first if the key is
+    /// not held: then another key may be evicted (one worth nothing first), and the
+    /// slot carries what the map recorded of this key if it was evicted while it
+    /// still mattered. `f` sets the slot's stamp after writing its value. The entry
+    /// counts as used.
+    pub fn with_slot<R>(&self, key: KeyHash, now_us: f64, f: impl FnOnce(Slot<'_, V>) -> R) -> R {
         let shard = &self.shards[self.index(key)];
         let mut table = shard.table.lock().unwrap_or_else(PoisonError::into_inner);
-        let r = f(table.entry(key));
+        let r = f(table.entry(key, now_us));
         shard.publish(&table, &self.large);
         r
     }
@@ -129,7 +157,7 @@ impl<V: Clone + Default> StateMap<V> {
     pub fn insert(&self, key: KeyHash, value: V) {
         let shard = &self.shards[self.index(key)];
         let mut table = shard.table.lock().unwrap_or_else(PoisonError::into_inner);
-        *table.entry(key) = value;
+        *table.entry(key, 0.0).value = value;
         shard.publish(&table, &self.large);
     }
 
@@ -144,6 +172,20 @@ impl<V: Clone + Default> StateMap<V> {
         self.shards
             .iter()
             .map(|s| s.table.lock().unwrap_or_else(PoisonError::into_inner).len() as u64)
+            .sum()
+    }
+
+    /// Bytes of the eviction sketch allocated (0 until a value is evicted while it
+    /// still matters).
+    pub fn sketch_bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                s.table
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .sketch_bytes()
+            })
             .sum()
     }
 

@@ -27,18 +27,33 @@
 //!   the buckets unlike the keys that filled the table, is then 91 % held (evicting in
 //!   the home bucket instead froze each bucket at its count when the share filled: 78 %;
 //!   `buckets_keep_room_to_vary_once_the_share_is_held`).
+//! - **What is worth nothing goes first**: each slot carries its value's [`Stamp`],
+//!   set by the value's owner at each write (when the value becomes equal to a new
+//!   key's, and how drained it is). A victim is chosen among the slots whose value is
+//!   worth nothing now before the others (in the home bucket: worthless first, then by
+//!   RRIP; under the hand: a slot at 3 that still matters gives way to a worthless one
+//!   among the next [`LOOKAHEAD`] slots). Evicting those loses nothing. A value evicted
+//!   while it still matters is recorded in the shard's [`Sketch`], and a new key that
+//!   finds a record there is handed it ([`Slot::recorded`]), so its owner can restart it
+//!   no fuller than it left. Values whose owner keeps no account
+//!   ([`Stamp::WORTHLESS`]) are evicted by RRIP alone, as before.
 //! - **Growth**: the table starts small and doubles (rehashing) when it passes
 //!   [`LOAD`] or when a key finds no free slot within reach, up to the size where its
 //!   share fills it to [`LOAD`] (straight to it once doubling would come within 3/2 of
 //!   it: the last step is never a small one); only there does a full bucket evict below
 //!   the share.
 
+use super::sketch::{ticks_floor, Sketch, Stamp};
 use std::mem;
 
 /// Slots per bucket: 6 keys (48 bytes) and their metadata fill the bucket's first
 /// 64-byte line; with a 32-byte value (a local bucket's state) the values fill the next
-/// three lines, a 256-byte bucket with no padding.
+/// three lines and the stamps most of a fifth, a 320-byte bucket.
 pub const WAYS: usize = 6;
+
+/// Slots after the hand in which a worthless value is looked for before the hand
+/// evicts a value that still matters (four buckets).
+pub const LOOKAHEAD: usize = 4 * WAYS;
 
 /// Buckets after its home bucket in which a key may be placed (so a lookup reads at
 /// most `1 + PROBE_LIMIT` buckets; at [`LOAD`] almost always 1 or 2).
@@ -59,10 +74,9 @@ const RRPV: u8 = 0x03;
 /// RRIP value of a new key (SRRIP's "long re-reference interval").
 const RRPV_NEW: u8 = 2;
 
-/// One bucket: keys and metadata in the first 64-byte line, the values after. Aligned to
-/// 128 bytes so that the line pair the CPU's spatial prefetcher fetches together holds
-/// the keys and the first values.
-#[repr(C, align(128))]
+/// One bucket: keys and metadata in the first 64-byte line, the values after, then the
+/// stamps. Aligned to a 64-byte line, so the keys are one line.
+#[repr(C, align(64))]
 struct Bucket<V> {
     keys: [u64; WAYS],
     /// Per slot: [`OCCUPIED`] and the RRIP value.
@@ -72,6 +86,8 @@ struct Bucket<V> {
     _pad: [u8; 64 - 8 * WAYS - WAYS - 1],
     /// A free slot's value is `V::default()`, so a new key starts from it.
     values: [V; WAYS],
+    /// Per slot: its value's stamp ([`Stamp::WORTHLESS`] when free).
+    stamps: [Stamp; WAYS],
 }
 
 impl<V: Default> Bucket<V> {
@@ -82,6 +98,7 @@ impl<V: Default> Bucket<V> {
             probe: 0,
             _pad: [0; 64 - 8 * WAYS - WAYS - 1],
             values: std::array::from_fn(|_| V::default()),
+            stamps: [Stamp::WORTHLESS; WAYS],
         }
     }
 
@@ -95,25 +112,73 @@ impl<V: Default> Bucket<V> {
         (0..WAYS).find(|&w| self.meta[w] & OCCUPIED == 0)
     }
 
-    /// The RRIP victim among the occupied slots (`None` if none): the first at the
-    /// highest value, after aging them all by what brings that value to 3.
-    fn victim(&mut self) -> Option<usize> {
+    /// How much slot `w` (occupied) deserves eviction at tick `now`: a value worth
+    /// nothing before one that matters, then by RRIP value.
+    fn rank(&self, w: usize, now: u64) -> u8 {
+        (u8::from(!self.stamps[w].matters(now)) << 2) | (self.meta[w] & RRPV)
+    }
+
+    /// The victim among the occupied slots (`None` if none): the first of the highest
+    /// [`Bucket::rank`] at tick `now`, after aging them all by what brings the highest
+    /// RRIP value to 3.
+    fn victim(&mut self, now: u64) -> Option<usize> {
         let mut best: Option<usize> = None;
+        let mut top = 0;
         for w in 0..WAYS {
-            if self.meta[w] & OCCUPIED != 0
-                && best.is_none_or(|b| self.meta[w] & RRPV > self.meta[b] & RRPV)
-            {
-                best = Some(w);
+            if self.meta[w] & OCCUPIED != 0 {
+                top = top.max(self.meta[w] & RRPV);
+                if best.is_none_or(|b| self.rank(w, now) > self.rank(b, now)) {
+                    best = Some(w);
+                }
             }
         }
-        let b = best?;
-        let age = RRPV - (self.meta[b] & RRPV);
+        best?;
+        let age = RRPV - top;
         for m in &mut self.meta {
             if *m & OCCUPIED != 0 {
                 *m += age;
             }
         }
-        Some(b)
+        best
+    }
+}
+
+/// Evictions made by one [`Table::entry`]: of values worth nothing, and of values
+/// that still mattered (recorded in the sketch).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Evicted {
+    /// Values equal to a new key's (no record needed).
+    pub fresh: u32,
+    /// Values that still mattered.
+    pub used: u32,
+}
+
+/// A key's slot, as [`Table::entry`] found or made it.
+pub struct Slot<'a, V> {
+    /// The value (`V::default()` for a key just inserted).
+    pub value: &'a mut V,
+    /// The value's stamp: the owner sets it after each write ([`Stamp::WORTHLESS`]
+    /// for a key just inserted).
+    pub stamp: &'a mut Stamp,
+    /// The evictions that made room for it.
+    pub evicted: Evicted,
+    /// The key was just inserted.
+    pub new: bool,
+    key: u64,
+    now: u64,
+    sketch: &'a Sketch,
+}
+
+impl<V> Slot<'_, V> {
+    /// For a key just inserted, of kind `tag`: what the sketch recorded of it when it
+    /// was evicted while it still mattered (or a false positive's record: an upper bound
+    /// either way). `None` for a key that was held.
+    pub fn recorded(&self, tag: u8) -> Option<Stamp> {
+        if self.new {
+            self.sketch.lookup(self.key, tag, self.now)
+        } else {
+            None
+        }
     }
 }
 
@@ -128,11 +193,18 @@ pub struct Table<V> {
     max_buckets: usize,
     /// The eviction hand: the next slot (bucket × WAYS + way) it looks at.
     hand: usize,
+    /// What this shard evicted while it still mattered.
+    sketch: Sketch,
+    /// The tick of the operation under way (what "worth nothing now" is measured at).
+    now: u64,
+    /// Evictions of the operation under way.
+    evicted: Evicted,
 }
 
 impl<V: Default> Table<V> {
-    /// An empty table for at most `share` (≥ 1) values, small until it fills.
-    pub fn new(share: usize) -> Self {
+    /// An empty table for at most `share` (≥ 1) values, small until it fills, with a
+    /// sketch of `sketch_width` cells per row for the values it evicts.
+    pub fn new(share: usize, sketch_width: usize) -> Self {
         let share = share.max(1);
         let max_buckets = (share * LOAD.1).div_ceil(LOAD.0 * WAYS).max(1);
         Table {
@@ -141,6 +213,9 @@ impl<V: Default> Table<V> {
             share,
             max_buckets,
             hand: 0,
+            sketch: Sketch::new(sketch_width),
+            now: 0,
+            evicted: Evicted::default(),
         }
     }
 
@@ -173,17 +248,39 @@ impl<V: Default> Table<V> {
         Some(&mut bucket.values[w])
     }
 
-    /// The value of `key`, `V::default()` inserted first if not held (which may evict
-    /// another key); marked as used.
-    pub fn entry(&mut self, key: u64) -> &mut V {
-        let (b, w) = match self.find(key) {
+    /// The slot of `key` at `now_us` (µs on the owner's clock, which must never go
+    /// back), `V::default()` inserted first if not held (which may evict another key,
+    /// worthless ones first); marked as used.
+    pub fn entry(&mut self, key: u64, now_us: f64) -> Slot<'_, V> {
+        let (b, w, new) = match self.find(key) {
             Some((b, w)) => {
                 self.buckets[b].meta[w] = OCCUPIED;
-                (b, w)
+                (b, w, false)
             }
-            None => self.insert_new(key),
+            None => {
+                // Only an insert needs the time (what is worth nothing now).
+                self.now = ticks_floor(now_us);
+                let (b, w) = self.insert_new(key);
+                (b, w, true)
+            }
         };
-        &mut self.buckets[b].values[w]
+        let now = self.now;
+        let evicted = mem::take(&mut self.evicted);
+        let bucket = &mut self.buckets[b];
+        Slot {
+            value: &mut bucket.values[w],
+            stamp: &mut bucket.stamps[w],
+            evicted,
+            new,
+            key,
+            now,
+            sketch: &self.sketch,
+        }
+    }
+
+    /// Bytes of the sketch (0 until a value is evicted while it still matters).
+    pub fn sketch_bytes(&self) -> usize {
+        self.sketch.bytes()
     }
 
     /// The bucket and slot of `key`.
@@ -250,35 +347,75 @@ impl<V: Default> Table<V> {
     fn clear(&mut self, b: usize, w: usize) {
         let bucket = &mut self.buckets[b];
         bucket.meta[w] = 0;
+        bucket.stamps[w] = Stamp::WORTHLESS;
         drop(mem::take(&mut bucket.values[w]));
         self.len -= 1;
     }
 
-    /// Evicts the RRIP victim of full bucket `b`; the slot freed.
+    /// Counts the eviction of `key` with `stamp`, and records it in the sketch if its
+    /// value still matters now.
+    fn forget(&mut self, key: u64, stamp: Stamp) {
+        if stamp.matters(self.now) {
+            self.sketch.record(key, stamp, self.now);
+            self.evicted.used += 1;
+        } else {
+            self.evicted.fresh += 1;
+        }
+    }
+
+    /// Evicts the key in slot `w` of bucket `b` (occupied).
+    fn evict(&mut self, b: usize, w: usize) {
+        let bucket = &self.buckets[b];
+        self.forget(bucket.keys[w], bucket.stamps[w]);
+        self.clear(b, w);
+    }
+
+    /// Evicts the victim of full bucket `b`; the slot freed.
     fn evict_in(&mut self, b: usize) -> usize {
-        let w = self.buckets[b].victim().unwrap_or(0);
+        let w = self.buckets[b].victim(self.now).unwrap_or(0);
         if self.buckets[b].meta[w] & OCCUPIED != 0 {
-            self.clear(b, w);
+            self.evict(b, w);
         }
         w
     }
 
+    /// The first occupied slot worth nothing now among the [`LOOKAHEAD`] after slot
+    /// index `from` (bucket × WAYS + way).
+    fn worthless_after(&self, from: usize) -> Option<(usize, usize)> {
+        let slots = self.slots();
+        (1..=LOOKAHEAD.min(slots - 1)).find_map(|j| {
+            let i = (from + j) % slots;
+            let (b, w) = (i / WAYS, i % WAYS);
+            let bucket = &self.buckets[b];
+            (bucket.meta[w] & OCCUPIED != 0 && !bucket.stamps[w].matters(self.now))
+                .then_some((b, w))
+        })
+    }
+
     /// Evicts the first slot at RRIP value 3 under the hand, aging the slots it passes
-    /// (a CLOCK sweep: each key is looked at at most four times per eviction cycle).
+    /// (a CLOCK sweep: each key is looked at at most four times per eviction cycle);
+    /// if that slot's value still matters, a worthless one among the next
+    /// [`LOOKAHEAD`] slots goes instead.
     fn evict_by_hand(&mut self) {
         if self.len == 0 {
             return;
         }
         let slots = self.slots();
         loop {
-            let (b, w) = (self.hand / WAYS, self.hand % WAYS);
+            let at = self.hand;
+            let (b, w) = (at / WAYS, at % WAYS);
             self.hand = wrap(self.hand + 1, slots);
             let m = &mut self.buckets[b].meta[w];
             if *m & OCCUPIED == 0 {
                 continue;
             }
             if *m & RRPV == RRPV {
-                self.clear(b, w);
+                let (b, w) = if self.buckets[b].stamps[w].matters(self.now) {
+                    self.worthless_after(at).unwrap_or((b, w))
+                } else {
+                    (b, w)
+                };
+                self.evict(b, w);
                 // The hand moves slowly and evictions come between lookups anywhere
                 // else: load the next bucket now, or the next eviction waits on it.
                 let next = wrap(b + 1, self.buckets.len());
@@ -315,21 +452,24 @@ impl<V: Default> Table<V> {
                 let h = home(key, n);
                 // At most 4/5 ÷ 3/2 full after growing: a slot within reach is all but
                 // certain. A key that finds none is an eviction in its full home
-                // bucket, by RRIP: it replaces the bucket's victim only if it was used
-                // more recently (a lower RRIP value), else it is the one evicted.
+                // bucket: it replaces the bucket's victim only if that deserves
+                // eviction more ([`Bucket::rank`]), else it is the one evicted.
                 let (b, slot) = match free_near(&self.buckets, h) {
                     Some(found) => found,
                     None => {
-                        let v = self.buckets[h].victim().unwrap_or(0);
-                        if self.buckets[h].meta[v] & RRPV <= bucket.meta[w] & RRPV {
+                        let now = self.now;
+                        let v = self.buckets[h].victim(now).unwrap_or(0);
+                        if self.buckets[h].rank(v, now) <= bucket.rank(w, now) {
+                            self.forget(key, bucket.stamps[w]);
                             continue;
                         }
-                        self.clear(h, v);
+                        self.evict(h, v);
                         (h, v)
                     }
                 };
                 self.place(b, slot, h, key);
                 self.buckets[b].meta[slot] = bucket.meta[w];
+                self.buckets[b].stamps[slot] = bucket.stamps[w];
                 self.buckets[b].values[slot] = mem::take(&mut bucket.values[w]);
             }
         }
@@ -429,7 +569,7 @@ mod tests {
 
     #[test]
     fn a_bucket_is_one_line_of_keys_then_the_values() {
-        assert_eq!(mem::size_of::<Bucket<[u64; 4]>>(), 256);
+        assert_eq!(mem::size_of::<Bucket<[u64; 4]>>(), 320);
         assert_eq!(mem::offset_of!(Bucket<[u64; 4]>, values), 64);
     }
 
@@ -443,10 +583,10 @@ mod tests {
     #[test]
     fn a_share_of_distinct_keys_is_held_then_evicts_one_for_one() {
         for share in [1, 2, 7, 100, 4099, 19_661, 62_500] {
-            let mut t: Table<u64> = Table::new(share);
+            let mut t: Table<u64> = Table::new(share, 64);
             assert!(t.slots() <= INITIAL_BUCKETS * WAYS, "starts small");
             for i in 0..share as u64 {
-                *t.entry(tag_key(i)) = i;
+                *t.entry(tag_key(i), 0.0).value = i;
             }
             // Growth never drops a key; only the largest table, when a key finds no
             // free slot within reach of its home bucket, evicts before the share is
@@ -473,7 +613,7 @@ mod tests {
                 .count();
             assert_eq!(held, t.len(), "share {share}");
             for i in share as u64..3 * share as u64 {
-                *t.entry(tag_key(i)) = i;
+                *t.entry(tag_key(i), 0.0).value = i;
                 assert!(t.len() <= share);
             }
             assert_eq!(t.len(), share, "share {share}: full after churn");
@@ -491,11 +631,11 @@ mod tests {
                     use std::hash::BuildHasher;
                     foldhash::fast::FixedState::with_seed(set).hash_one(format!("s{set}:k{i}"))
                 };
-                let mut t: Table<u64> = Table::new(share);
+                let mut t: Table<u64> = Table::new(share, 64);
                 let mut slots = t.slots();
                 for i in 0..share as u64 {
                     let before = t.len();
-                    *t.entry(key(i)) = i;
+                    *t.entry(key(i), 0.0).value = i;
                     if t.slots() != slots {
                         slots = t.slots();
                         assert_eq!(
@@ -517,14 +657,14 @@ mod tests {
         // eviction that froze each bucket at its count when the share filled held 78 %
         // (the keys of buckets fuller than at the fill evicting each other).
         let share = 20_000;
-        let mut t: Table<u64> = Table::new(share);
+        let mut t: Table<u64> = Table::new(share, 64);
         for i in 0..share as u64 {
-            *t.entry(tag_key(i)) = i;
+            *t.entry(tag_key(i), 0.0).value = i;
         }
         let working: Vec<u64> = (0..share as u64).map(|i| tag_key(1_000_000 + i)).collect();
         for _ in 0..4 {
             for &k in &working {
-                t.entry(k);
+                t.entry(k, 0.0);
             }
         }
         let held = working.iter().filter(|&&k| t.get_mut(k).is_some()).count();
@@ -532,10 +672,58 @@ mod tests {
     }
 
     #[test]
+    fn a_worthless_value_is_evicted_before_one_that_matters() {
+        // Under the hand (the share is held, the new key's home bucket has room; tables
+        // of at most LOOKAHEAD slots, so the slot is within reach) and in a full home
+        // bucket alike: whatever the RRIP values, the one slot worth nothing at tick
+        // 100 goes, and no record is made.
+        for share in [6, 12, 19] {
+            for worthless in 0..share as u64 {
+                let mut t: Table<u64> = Table::new(share, 64);
+                for i in 0..share as u64 {
+                    let slot = t.entry(tag_key(i), 0.0);
+                    *slot.value = i;
+                    // Stamps as a local bucket's: fresh again at tick 50 or at 1000.
+                    *slot.stamp = Stamp::new(if i == worthless { 50 } else { 1000 }, 9, 1);
+                }
+                // The worthless key was used last and most often: RRIP alone keeps it.
+                for _ in 0..3 {
+                    t.entry(tag_key(worthless), 0.0);
+                }
+                let slot = t.entry(tag_key(1_000), 1562500.0);
+                assert_eq!(
+                    (slot.evicted, slot.recorded(1)),
+                    (Evicted { fresh: 1, used: 0 }, None),
+                    "share {share}"
+                );
+                assert!(t.get_mut(tag_key(worthless)).is_none(), "share {share}");
+                assert_eq!(t.len(), share);
+                assert_eq!(t.sketch_bytes(), 0);
+            }
+        }
+    }
+
+    #[test]
+    fn a_value_evicted_while_it_matters_is_handed_back_to_its_key() {
+        let mut t: Table<u64> = Table::new(100, 64);
+        *t.entry(tag_key(0), 0.0).stamp = Stamp::new(5000, 255, 1);
+        let mut used = 0;
+        for i in 1..1000 {
+            let slot = t.entry(tag_key(i), 156250.0);
+            *slot.stamp = Stamp::new(20, 1, 1);
+            used += slot.evicted.used;
+        }
+        assert!(t.get_mut(tag_key(0)).is_none(), "flooded out");
+        assert_eq!(used, 900, "key 0 and 899 others");
+        let back = t.entry(tag_key(0), 296875.0).recorded(1).expect("recorded");
+        assert!(back.fresh_at() >= 5000 && back.drained() == 255);
+    }
+
+    #[test]
     fn key_zero_is_a_key_like_any_other() {
-        let mut t: Table<u64> = Table::new(10);
+        let mut t: Table<u64> = Table::new(10, 64);
         assert_eq!(t.get_mut(0), None);
-        *t.entry(0) = 5;
+        *t.entry(0, 0.0).value = 5;
         assert_eq!(t.get_mut(0).copied(), Some(5));
         assert_eq!(t.len(), 1);
     }

@@ -21,6 +21,7 @@ mod config_doc;
 mod connections_per_uid;
 mod envoy_compat;
 mod envoy_listen;
+mod eviction;
 mod garbage;
 mod harness;
 mod local;

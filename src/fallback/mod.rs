@@ -7,12 +7,20 @@
 //!   together stay within the global limit (source `local`);
 //! * `allow`: ALLOW (source `fail_open`);
 //! * `deny`: DENY (source `fail_closed`).
+//!
+//! The local states are bounded (`fallback.max_keys`); evicting one never hands its
+//! key a fresh budget: a state worth nothing (equal to a new key's) goes first, and a
+//! key evicted while its state mattered comes back no fuller than it left
+//! ([`restart`]).
+
+mod restart;
 
 use crate::algorithm::{Outcome, Params, State};
 use crate::config::{OnRedisFailure, Rule};
 use crate::decision::{Decision, Source};
 use crate::key::KeyHash;
-use crate::state_map::StateMap;
+use crate::state_map::{Evicted, Slot, StateMap};
+use metrics::Counter;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// `wait_ms`/`reset_ms` of a `fail_closed` DENY: about when the circuit is probed again.
@@ -46,16 +54,29 @@ pub struct LocalBuckets {
     buckets: StateMap<Option<State>>,
     /// The hosts sharing the limits of rules with `fallback.hosts = "auto"`.
     pub hosts: LiveHosts,
+    /// Evictions of states worth nothing, and of states that still mattered.
+    evictions: [Counter; 2],
 }
 
 impl LocalBuckets {
-    /// Room for `max_keys` buckets; beyond that the least useful is evicted (RRIP, a
-    /// 2-bit CLOCK: a key not asked again recently goes first, a key asked only once
-    /// before a key asked again; an evicted key starts again full).
+    /// Room for `max_keys` buckets; beyond that one is evicted: a state worth nothing
+    /// (equal to a new key's) first, else the least useful by RRIP (a 2-bit CLOCK: a
+    /// key not asked again recently goes first, a key asked only once before a key
+    /// asked again). A key evicted while its state mattered comes back no fuller than
+    /// it left (module [`restart`]).
     pub fn new(max_keys: u64) -> Self {
         LocalBuckets {
             buckets: StateMap::new(max_keys),
             hosts: LiveHosts::default(),
+            evictions: crate::metrics::local_evictions(),
+        }
+    }
+
+    /// Counts the evictions one decision made.
+    fn count(&self, evicted: Evicted) {
+        if evicted != Evicted::default() {
+            self.evictions[0].increment(u64::from(evicted.fresh));
+            self.evictions[1].increment(u64::from(evicted.used));
         }
     }
 
@@ -82,10 +103,26 @@ impl LocalBuckets {
         cost: u32,
         now_us: f64,
     ) -> Decision {
-        let mut outcome = self
-            .buckets
-            .with(key, |state| params.decide(state, now_us, u64::from(cost)));
-        if !outcome.allowed && !params.can_ever_pass(u64::from(cost)) {
+        let cost = u64::from(cost);
+        let (mut outcome, evicted) = self.buckets.with_slot(key, now_us, |slot: Slot<'_, _>| {
+            let mut wrote = false;
+            if slot.new {
+                if let Some(rec) = slot.recorded(restart::tag(params)) {
+                    *slot.value = Some(restart::restart(params, rec, now_us));
+                    wrote = true;
+                }
+            }
+            let outcome = params.decide(slot.value, now_us, cost);
+            // A decision that wrote nothing (a DENY, a cost of 0) left the state
+            // as it was or fresher (a log dropping old entries): the stamp stays
+            // an upper bound.
+            if wrote || (outcome.allowed && cost > 0) {
+                *slot.stamp = restart::stamp(&outcome, params, now_us);
+            }
+            (outcome, slot.evicted)
+        });
+        self.count(evicted);
+        if !outcome.allowed && !params.can_ever_pass(cost) {
             // This host's share is below `cost`: it cannot pass until Redis is back;
             // ask to retry about when the circuit is probed again, not in 1 ms.
             outcome.wait_ms = outcome.wait_ms.max(FAIL_CLOSED_RETRY_MS);
@@ -113,19 +150,27 @@ impl LocalBuckets {
         let unused = outcome.remaining as f64 / rule.limit().max(1) as f64;
         let reset_us = outcome.reset_ms as f64 * 1000.0;
         let mut seeded = Some(params.seed(unused, reset_us, now_us));
-        self.buckets.with(key, |state| {
+        let evicted = self.buckets.with_slot(key, now_us, |slot: Slot<'_, _>| {
+            if let Some(rec) = slot.recorded(restart::tag(&params)) {
+                *slot.value = Some(restart::restart(&params, rec, now_us));
+            }
+            let state = slot.value;
             // A cost of 0 reads what each would admit now and changes nothing that
             // matters (a log drops the entries that left its window).
             if state.is_none() {
                 *state = seeded;
-                return;
+            } else {
+                let here = params.decide(state, now_us, 0).remaining;
+                let there = params.decide(&mut seeded, now_us, 0).remaining;
+                if state.is_none() || there < here {
+                    *state = seeded;
+                }
             }
-            let here = params.decide(state, now_us, 0).remaining;
-            let there = params.decide(&mut seeded, now_us, 0).remaining;
-            if state.is_none() || there < here {
-                *state = seeded;
-            }
+            let now = params.decide(state, now_us, 0);
+            *slot.stamp = restart::stamp(&now, &params, now_us);
+            slot.evicted
         });
+        self.count(evicted);
     }
 
     /// Starts loading the local state of `key` into the CPU cache (a hint, before the
