@@ -115,7 +115,7 @@ impl RedisStore {
                 Ok(outcome)
             }
             Some(Err(e)) if is_redirect(&e) => {
-                self.refresh_wanted.notify_one();
+                self.slot_map_wanted.notify_one();
                 Err(StoreError::Key(e))
             }
             Some(Err(e)) => {

@@ -47,10 +47,10 @@ mod probe;
 pub const RECONNECT_DELAY_MS: u32 = 100;
 
 /// How often the slot map is refreshed while every primary answers.
-pub(super) const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+pub(super) const SLOT_MAP_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Bound of one `CLUSTER SLOTS`.
-pub(super) const REFRESH_TIMEOUT: Duration = Duration::from_millis(500);
+pub(super) const SLOT_MAP_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Connections to every primary plus the loaded scripts.
 pub struct RedisStore {
@@ -76,8 +76,8 @@ pub struct RedisStore {
     pub(super) probe_timeout: Duration,
     pub(super) circuit: Arc<Circuit>,
     pub(super) lateness: Arc<Lateness>,
-    pub(super) refresh_wanted: Notify,
-    pub(super) refresh_lock: tokio::sync::Mutex<()>,
+    pub(super) slot_map_wanted: Notify,
+    pub(super) slot_map_lock: tokio::sync::Mutex<()>,
     /// Standalone (or Sentinel) Redis: the decisions' queue, sent in batches.
     batcher: Option<Batcher>,
     /// The expiry walks this daemon runs after reloads ([`super::expiry_walk`]).
@@ -136,8 +136,8 @@ impl RedisStore {
             probe_timeout,
             circuit,
             lateness: Arc::new(Lateness::new(timeout)),
-            refresh_wanted: Notify::new(),
-            refresh_lock: tokio::sync::Mutex::new(()),
+            slot_map_wanted: Notify::new(),
+            slot_map_lock: tokio::sync::Mutex::new(()),
             batcher: (!clustered).then(Batcher::new),
             walks: super::expiry_walk::Walks::default(),
             holder: walker_id().into(),

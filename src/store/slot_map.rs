@@ -6,7 +6,7 @@
 //! [`super::redis`].
 
 use super::health::PROBE_INTERVAL;
-use super::redis::{RedisStore, REFRESH_INTERVAL, REFRESH_TIMEOUT};
+use super::redis::{RedisStore, SLOT_MAP_INTERVAL, SLOT_MAP_TIMEOUT};
 use super::topology::{self, Primary, Topology};
 use super::StoreError;
 use fred::prelude::*;
@@ -16,12 +16,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 impl RedisStore {
-    /// Forever: refresh the slot map every [`REFRESH_INTERVAL`], every
+    /// Forever: refresh the slot map every [`SLOT_MAP_INTERVAL`], every
     /// [`PROBE_INTERVAL`] while a primary is open or none is known, and at once when a
     /// decision met a redirection.
     pub(super) async fn refresher(self: Arc<Self>) {
         loop {
-            if let Err(e) = self.refresh().await {
+            if let Err(e) = self.refresh_slot_map().await {
                 tracing::debug!(error = %e, "Redis Cluster slot map not refreshed");
             }
             let wait = if self.topology.load().primaries.is_empty() {
@@ -30,11 +30,11 @@ impl RedisStore {
             } else if self.circuit.open_primaries() > 0 {
                 PROBE_INTERVAL
             } else {
-                REFRESH_INTERVAL
+                SLOT_MAP_INTERVAL
             };
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
-                () = self.refresh_wanted.notified() => {}
+                () = self.slot_map_wanted.notified() => {}
             }
         }
     }
@@ -45,8 +45,8 @@ impl RedisStore {
     ///
     /// # Errors
     /// No node answered `CLUSTER SLOTS` in time.
-    pub async fn refresh(self: &Arc<Self>) -> Result<(), StoreError> {
-        let _one_at_a_time = self.refresh_lock.lock().await;
+    pub async fn refresh_slot_map(self: &Arc<Self>) -> Result<(), StoreError> {
+        let _one_at_a_time = self.slot_map_lock.lock().await;
         let current = self.topology.load_full();
         let mut askers: Vec<(String, Client)> = current
             .primaries
@@ -62,13 +62,13 @@ impl RedisStore {
         );
         let mut last = StoreError::timeout("no Redis node connected".into());
         for (host, client) in askers {
-            let slots = tokio::time::timeout(REFRESH_TIMEOUT, client.cluster_slots::<Value>());
+            let slots = tokio::time::timeout(SLOT_MAP_TIMEOUT, client.cluster_slots::<Value>());
             let routing = match slots.await {
                 Ok(Ok(value)) => ClusterRouting::from_cluster_slots(value, host.as_str()),
                 Ok(Err(e)) => Err(e),
                 Err(_) => {
                     last = StoreError::timeout(format!(
-                        "CLUSTER SLOTS: no answer within {REFRESH_TIMEOUT:?}"
+                        "CLUSTER SLOTS: no answer within {SLOT_MAP_TIMEOUT:?}"
                     ));
                     continue;
                 }
