@@ -371,10 +371,11 @@ leftovers() {
   X sh -c 'for f; do [ -e "$f" ] && [ ! -d "$f" ] && echo "$f"; done; find / -xdev -name "*ratelimitd*" -not -path "/var/tmp/rld*" -not -path "/proc/*"' sh $(cat "$work/files")
 }
 check remove X env DEBIAN_FRONTEND=noninteractive apt-get remove -y -q ratelimitd
-# remove keeps what purge deletes: the conffile, dpkg's record of it, and Debian's
-# systemd bookkeeping (the units masked while their files are gone, whether they were
-# enabled, so that installing again restores it).
-left=$(leftovers | grep -vxF -e "$CONF" -e /etc/ratelimitd \
+# remove keeps what purge deletes: the conffile, dpkg's record of it, the state
+# directory (StateDirectory=, the count of daemons alive) and Debian's systemd
+# bookkeeping (the units masked while their files are gone, whether they were enabled,
+# so that installing again restores it).
+left=$(leftovers | grep -vxF -e "$CONF" -e /etc/ratelimitd -e /var/lib/ratelimitd \
   -e /etc/systemd/system/ratelimitd.service -e /etc/systemd/system/ratelimitd.socket \
   -e /etc/systemd/system/sockets.target.wants/ratelimitd.socket |
   grep -Ev '^/var/lib/(dpkg/info/ratelimitd\.|systemd/deb-systemd-helper-(enabled|masked)/)')
