@@ -7,7 +7,9 @@
 # debug build), runs every scenario (or those whose name contains FILTER) one at a
 # time, writes $CHAOS_REPORT_DIR/report.json (default target/chaos/report.json) and
 # prints the summary table, then `chaos: N passed, M failed`. Exits non-zero if a
-# scenario failed. Needs redis-server and redis-cli >= 7 (tests/run.sh installs them).
+# scenario failed. Needs redis-server and redis-cli >= 7 (tests/run.sh installs them);
+# RATELIMITD_TEST_SERVER=valkey runs it against valkey-server and valkey-cli instead
+# (tests/common/process.rs; REDIS_SERVER / REDIS_CLI name other binaries).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -20,6 +22,11 @@ rm -f "$report_dir"/*.json "$report_dir"/*.row "$report_dir"/header.txt
 
 profile=(--release)
 if [ "${CHAOS_PROFILE:-release}" = dev ]; then profile=(); fi
+
+# The server the scenarios start, as tests/common/process.rs picks it.
+server=${REDIS_SERVER:-${RATELIMITD_TEST_SERVER:-redis}-server}
+server_version=$("$server" --version 2>&1 | head -n1) || true
+echo "chaos: using ${server_version:-$server (not found)}"
 
 log=$report_dir/cargo-test.log
 status=0
@@ -48,7 +55,7 @@ fi
 } >"$report_dir/report.json"
 
 echo
-echo "chaos suite summary (${elapsed}s; report: $report_dir/report.json)"
+echo "chaos suite summary (${elapsed}s; $server_version; report: $report_dir/report.json)"
 if [ -e "$report_dir/header.txt" ]; then
   cat "$report_dir/header.txt" "$report_dir"/s*.row 2>/dev/null || true
 fi

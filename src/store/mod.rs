@@ -193,15 +193,12 @@ fn is_unavailable(error: &Error) -> bool {
                     "-MASTERDOWN",
                     "-CLUSTERDOWN",
                     "-BUSY",
-                    // The ACL user may not run a command a script needs: every decision
-                    // of that script fails alike, so it is Redis', not the key's.
-                    // Redis 6 says NOPERM; Redis 7 says "ERR The user executing the
-                    // script can't run this command or subcommand".
-                    "NOPERM",
-                    "can't run this command",
                 ]
                 .iter()
                 .any(|p| details.contains(p))
+                // The ACL user may not run a command a script needs: every decision of
+                // that script fails alike, so it is Redis', not the key's.
+                || connection_errors::is_acl_refusal(details)
         }
         _ => true,
     }

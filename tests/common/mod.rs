@@ -9,8 +9,9 @@
 //! long as the test process, so even values that are never dropped (a cluster
 //! in a `static`) or a test binary killed from outside leave no servers behind.
 //!
-//! Binaries: `redis-server` and `redis-cli` from `PATH`, overridable with the
-//! `REDIS_SERVER` / `REDIS_CLI` environment variables.
+//! Binaries: `redis-server` and `redis-cli` from `PATH`; `valkey-server` and
+//! `valkey-cli` with `RATELIMITD_TEST_SERVER=valkey`; either overridable with the
+//! `REDIS_SERVER` / `REDIS_CLI` environment variables (`process::redis_server_bin`).
 
 //! One file per kind of helper:
 //! * [`process`]: waiting, free ports, temp dirs, children that die with the test;

@@ -27,12 +27,27 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
 }
 
-pub(crate) fn redis_server_bin() -> String {
-    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_string())
+/// The server family the tests start, from `RATELIMITD_TEST_SERVER`: `redis` (the
+/// default, also when unset or empty) or `valkey`. Anything else panics naming the value.
+pub fn server_family() -> &'static str {
+    match std::env::var("RATELIMITD_TEST_SERVER").as_deref() {
+        Err(_) | Ok("") | Ok("redis") => "redis",
+        Ok("valkey") => "valkey",
+        Ok(other) => panic!("RATELIMITD_TEST_SERVER={other:?}: expected \"redis\" or \"valkey\""),
+    }
 }
 
+/// The server binary every test starts (plain, cluster, TLS, sentinel with `--sentinel`):
+/// `$REDIS_SERVER` if set, else `redis-server` or `valkey-server` from `PATH` by
+/// [`server_family`].
+pub(crate) fn redis_server_bin() -> String {
+    std::env::var("REDIS_SERVER").unwrap_or_else(|_| format!("{}-server", server_family()))
+}
+
+/// The command-line client the tests use (cluster creation, inspection): `$REDIS_CLI` if
+/// set, else `redis-cli` or `valkey-cli` from `PATH` by [`server_family`].
 pub(crate) fn redis_cli_bin() -> String {
-    std::env::var("REDIS_CLI").unwrap_or_else(|_| "redis-cli".to_string())
+    std::env::var("REDIS_CLI").unwrap_or_else(|_| format!("{}-cli", server_family()))
 }
 
 /// A fresh temporary directory. Kept short (Unix socket paths are limited to

@@ -9,7 +9,7 @@
 use crate::common;
 use crate::secure_redis;
 
-use common::{parse_reply, toml_str_array, toml_string, Client, Daemon};
+use common::{parse_reply, server_family, toml_str_array, toml_string, Client, Daemon};
 use secure_redis::{Pki, TlsCluster, DAEMON_PASSWORD};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -214,8 +214,9 @@ fn acl_user_without_evalsha() {
 }
 
 /// The user may run EVALSHA but not a command inside the script (Redis 7 refuses it
-/// inside the script, "can't run this command"): every decision of that script fails
-/// alike, so it is the primary's failure, said once, not a per-key error per request.
+/// inside the script, "can't run this command"; Valkey 8 "ACL failure in script"): every
+/// decision of that script fails alike, so it is the primary's failure, said once, not a
+/// per-key error per request.
 #[test]
 fn acl_user_without_a_command_its_script_runs() {
     let pki = Pki::new();
@@ -223,11 +224,15 @@ fn acl_user_without_a_command_its_script_runs() {
     let files = Files::new(&pki);
     cluster.acl_setuser_everywhere(&["ratelimitd", "-pexpire"]);
     let d = Daemon::start(&files.config(&cluster));
+    let refusal = match server_family() {
+        "valkey" => "ACL failure in script",
+        _ => "can't run this command",
+    };
     refused_then_fixed_by_reload(
         &d,
         "ACL without +pexpire (inside the script)",
         "lacks a permission",
-        "can't run this command",
+        refusal,
         || cluster.acl_setuser_everywhere(&["ratelimitd", "+pexpire"]),
     );
     assert!(

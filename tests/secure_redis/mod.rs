@@ -23,7 +23,7 @@ pub use pki::Pki;
 pub use sentinel::{SentinelSet, SENTINEL_PASSWORD};
 pub use tls_cluster::TlsCluster;
 
-use crate::common::spawn_owned;
+use crate::common::{redis_cli_bin, redis_server_bin, spawn_owned};
 use std::fs;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -93,7 +93,7 @@ fn start_server(dir: &Path, conf: &str, sentinel: bool) -> Proc {
     fs::create_dir_all(dir).unwrap();
     let path = dir.join("redis.conf");
     fs::write(&path, conf).unwrap();
-    let mut cmd = Command::new("redis-server");
+    let mut cmd = Command::new(redis_server_bin());
     cmd.arg(&path);
     if sentinel {
         cmd.arg("--sentinel");
@@ -103,7 +103,8 @@ fn start_server(dir: &Path, conf: &str, sentinel: bool) -> Proc {
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     Proc {
-        child: spawn_owned(cmd).expect("spawning redis-server"),
+        child: spawn_owned(cmd)
+            .unwrap_or_else(|e| panic!("spawning {} (is it installed?): {e}", redis_server_bin())),
     }
 }
 
@@ -115,12 +116,12 @@ fn cli(conn: &[String], args: &[&str]) -> String {
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let out = Command::new("redis-cli")
+        let out = Command::new(redis_cli_bin())
             .args(conn)
             .args(args)
             .stdin(Stdio::null())
             .output()
-            .expect("running redis-cli");
+            .unwrap_or_else(|e| panic!("running {} (is it installed?): {e}", redis_cli_bin()));
         if out.status.success() || !out.stdout.is_empty() || attempt == 3 {
             return String::from_utf8_lossy(&out.stdout).into_owned()
                 + &String::from_utf8_lossy(&out.stderr);
