@@ -197,6 +197,24 @@ if [ "${SURGE:-1}" != 0 ]; then
   count_suite surge
 fi
 
+# The eviction flood at full size (tests/it/eviction.rs; the debug run above floods 10^6
+# keys): 10^7 distinct keys through fallback.max_keys = 10000 against the release daemon,
+# and the drained key must stay DENY. Counted as "flood: N passed, M failed"; FLOOD=0
+# skips it.
+if [ "${FLOOD:-1}" != 0 ]; then
+  [ -x target/release/ratelimitd ] || cargo build --release --quiet --bin ratelimitd
+  flood_rc=0
+  EVICTION_DAEMON=$PWD/target/release/ratelimitd EVICTION_FLOOD_KEYS=10000000 \
+    cargo test --test it -- eviction:: 2>&1 | tee "$out" || flood_rc=1
+  read -r fp ff < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+                         END { printf "%d %d\n", p, f }' "$out")
+  if [ "$flood_rc" != 0 ] && [ "$ff" -eq 0 ]; then ff=1; fi
+  if [ "$fp" -eq 0 ] && [ "$ff" -eq 0 ]; then ff=1; fi
+  printf 'flood: %d passed, %d failed\n' "$fp" "$ff"
+  passed=$((passed + fp))
+  failed=$((failed + ff))
+fi
+
 # The chaos suite (chaos/run.sh, chaos/README.md): Redis killed, frozen, failed
 # over, flushed, out of memory, slow... under load, after the tests above pass.
 # Its counts join the total; CHAOS=0 skips it.

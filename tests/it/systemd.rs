@@ -250,13 +250,20 @@ fn units_declare_notify_watchdog_reload_and_hardening() {
     ] {
         assert!(service.iter().any(|l| l == want), "service lacks {want}");
     }
-    // The socket unit owns /run/ratelimitd: a RuntimeDirectory= in the service would
-    // make systemd chown the directory and the socket in it to the service's user on
-    // the first activation, locking the clients' group out.
+    // The socket unit owns /run/ratelimitd: a RuntimeDirectory=ratelimitd in the service
+    // would make systemd chown the directory and the socket in it to the service's user
+    // on the first activation, locking the clients' group out. The service's own runtime
+    // directory is another one (ratelimitd-rls: the Envoy front end's socket).
+    let runtime: Vec<&str> = service
+        .iter()
+        .filter_map(|l| l.strip_prefix("RuntimeDirectory="))
+        .flat_map(str::split_whitespace)
+        .collect();
     assert!(
-        !service.iter().any(|l| l.starts_with("RuntimeDirectory")),
-        "the service must not declare RuntimeDirectory="
+        !runtime.contains(&"ratelimitd"),
+        "the service must not declare RuntimeDirectory=ratelimitd: {runtime:?}"
     );
+    assert_eq!(runtime, ["ratelimitd-rls"], "the Envoy socket's directory");
     assert!(service.iter().any(|l| l.starts_with("WatchdogSec=")));
     for want in [
         "ListenStream=/run/ratelimitd/ratelimitd.sock",
