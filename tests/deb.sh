@@ -102,10 +102,11 @@ summary=$("$root/usr/bin/ratelimitd" --config "$root/etc/ratelimitd/ratelimitd.t
 grep -q 'redis.mode = Standalone' <<<"$summary" || fail "the packaged config is not standalone: $summary"
 grep -qx 'nodes = \["127.0.0.1:6379"\].*' "$root/etc/ratelimitd/ratelimitd.toml" ||
   fail "the packaged config does not use 127.0.0.1:6379"
-# The socket unit owns /run/ratelimitd: a RuntimeDirectory= in the service would chown
-# the socket to the daemon's user on the first activation and lock clients out.
-! grep -q '^RuntimeDirectory' "$root/usr/lib/systemd/system/ratelimitd.service" ||
-  fail "ratelimitd.service has RuntimeDirectory= (chowns the socket)"
+# The socket unit owns /run/ratelimitd: a RuntimeDirectory=ratelimitd in the service
+# would chown the socket to the daemon's user on the first activation and lock clients
+# out. The service's own runtime directory is another one (ratelimitd-rls).
+! grep -qE '^RuntimeDirectory=(.* )?ratelimitd( |$)' "$root/usr/lib/systemd/system/ratelimitd.service" ||
+  fail "ratelimitd.service has RuntimeDirectory=ratelimitd (chowns the socket)"
 grep -qx 'ExecReload=/usr/bin/ratelimitd --check --config /etc/ratelimitd/ratelimitd.toml' \
   "$root/usr/lib/systemd/system/ratelimitd.service" || fail "ExecReload= does not check the config first"
 
