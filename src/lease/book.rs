@@ -122,14 +122,23 @@ impl<H> Book<H> {
     /// Only the keys [`Book::kept`] named are looked at; the whole book is walked for
     /// idle keys at most every [`FORGET_EVERY_US`].
     pub fn sweep(&self, now: u64) -> Vec<Arc<LeasedKey<H>>> {
+        // Keys whose grant ended leave the holding list first, so that they can be
+        // forgotten in the same walk.
+        self.holding
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|_, s| s.state().grant != 0);
         let last = self.forgotten_at.load(Ordering::Relaxed);
         if now.saturating_sub(last) >= FORGET_EVERY_US {
             self.forgotten_at.store(now, Ordering::Relaxed);
             let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-            keys.retain(|_, slot| !slot.forgettable(now));
+            // An entry a request took from [`Book::slot`] (under this lock) and has not
+            // spent from yet is still idle by its clock: kept while anyone holds it, or
+            // that request would go on with an entry the book no longer knows, and a
+            // second entry for the key would name its grant as unknown to Redis.
+            keys.retain(|_, slot| Arc::strong_count(slot) > 1 || !slot.forgettable(now));
         }
-        let mut holding = self.holding.lock().unwrap_or_else(|p| p.into_inner());
-        holding.retain(|_, s| s.state().grant != 0);
+        let holding = self.holding.lock().unwrap_or_else(|p| p.into_inner());
         holding.values().cloned().collect()
     }
 

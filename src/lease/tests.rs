@@ -197,6 +197,8 @@ fn the_sweep_sees_the_keys_that_kept_a_grant() {
     };
     a.granted(t, &back, returned, 100, 100);
     drop(flight);
+    // Entries a request still holds are kept: these are the test's own.
+    drop((a, b, swept));
     book.sweep(t + FORGET_US + FORGET_EVERY_US);
     assert_eq!(book.len(), 0);
     let sizes = book.sizes();
@@ -204,4 +206,22 @@ fn the_sweep_sees_the_keys_that_kept_a_grant() {
         (sizes.grants, sizes.given_back, sizes.returned_units),
         (1, 1, 5)
     );
+}
+
+#[test]
+fn an_entry_taken_by_a_request_is_not_forgotten_before_it_spends() {
+    let book: Book<()> = Book::new(holder(), 10);
+    let taken = book.slot(1, 0, || ()).expect("room");
+    // Idle by its clock (never spent), and the walk for idle keys is due.
+    let later = FORGET_US + FORGET_EVERY_US;
+    book.sweep(later);
+    let again = book.slot(1, 0, || ()).expect("room");
+    assert!(
+        Arc::ptr_eq(&taken, &again),
+        "one entry per key while it is held"
+    );
+    let entry = Arc::downgrade(&taken);
+    drop((taken, again));
+    book.sweep(2 * later);
+    assert!(entry.upgrade().is_none(), "forgotten once nobody holds it");
 }
