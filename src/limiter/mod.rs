@@ -340,10 +340,14 @@ impl<S: Store> Limiter<S> {
 
         let Some(redis) = &self.redis else {
             let now = clock.now_us();
-            return decided(
-                self.local
-                    .decide(key, rule.limit(), &rule.params, cost, now),
-            );
+            return decided(self.local.decide(
+                key,
+                rule.limit(),
+                &rule.params,
+                rule.sketch_tag,
+                cost,
+                now,
+            ));
         };
         // A cached DENY answers, also the request that claims an expired entry's
         // refresh (below); leased rules decide from their lease, without the cache.
