@@ -23,7 +23,8 @@
 //!   routing, health, batching);
 //! * [`server`]: the socket, connections, dispatch of a line to the limiter;
 //! * [`envoy`]: the Envoy Rate Limit Service (gRPC) front end and its YAML limits;
-//! * [`metrics`]: Prometheus metrics (opt-in), served by [`metrics_http`];
+//! * [`metrics`]: Prometheus metrics (opt-in); [`http`]: the HTTP endpoint serving
+//!   them, the live dashboard and the rule lab;
 //! * [`daemon`]: start-up, shutdown; [`signals`]: SIGTERM, SIGHUP and the reload; [`rlimit`]: the descriptor budget; [`systemd`]: notify, watchdog,
 //!   socket activation.
 
@@ -40,12 +41,12 @@ pub mod daemon;
 pub mod decision;
 pub mod envoy;
 pub mod fallback;
+pub mod http;
 pub mod key;
 pub mod lease;
 pub mod limiter;
 pub mod log_every;
 pub mod metrics;
-pub mod metrics_http;
 pub mod protocol;
 pub mod rlimit;
 pub mod saved_hosts;

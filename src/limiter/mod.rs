@@ -67,6 +67,16 @@ impl Detached {
         }))
     }
 
+    /// `rule` counted nowhere (no metrics series, not on the dashboard): the rule
+    /// lab's ad-hoc rules.
+    pub fn unlisted(rule: Arc<Rule>) -> Self {
+        Detached(Arc::new(ActiveRule {
+            rule,
+            counters: DecisionCounters::unlisted(),
+            detached: true,
+        }))
+    }
+
     /// The rule.
     pub fn rule(&self) -> &Arc<Rule> {
         &self.0.rule
@@ -219,6 +229,13 @@ impl<S: Store> Limiter<S> {
         self.rules.store(Arc::new(activate(rules)));
         self.cache.clear();
         self.leases.retire();
+    }
+
+    /// The names of the rules in force, sorted.
+    pub fn rule_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.rules.load().keys().cloned().collect();
+        names.sort();
+        names
     }
 
     /// Records the daemons alive in Redis (`fallback.hosts = "auto"`); returns the count
