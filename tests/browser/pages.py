@@ -174,8 +174,15 @@ class Browser:
                 time.sleep(0.05)
         return self.d.find_element(By.CSS_SELECTOR, css).text
 
-    def screenshot(self, path):
-        self.d.save_screenshot(path)
+    def screenshot(self, path, full=False):
+        """The viewport, or (`full`) the whole page at the viewport's width."""
+        if not full:
+            self.d.save_screenshot(path)
+            return
+        import base64
+        shot = self.d.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(shot["data"]))
 
     def fits_width(self):
         return self.d.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1")
@@ -313,7 +320,12 @@ def lab_tests(suite, b, daemon, redis, out):
             print(f"     {settings['algorithm']}: acceptance expected {expected:.3f}, measured {measured:.3f}")
             assert 0 < expected < 1, expected
             assert abs(measured - expected) <= 0.10 * expected, (expected, measured)
-        b.screenshot(os.path.join(out, "lab.png"))
+        b.screenshot(os.path.join(out, "lab-steady.png"), full=True)
+        # The picture of the docs (docs/lab.png): the token bucket's preset.
+        b.d.get(daemon.origin + "/lab?preset=mobile-burst")
+        status = run_lab(b, {"seconds": 12}, timeout=30, seen=seen)
+        assert status.startswith("done"), status
+        b.screenshot(os.path.join(out, "lab.png"), full=True)
 
     def presets_load_from_the_url():
         for preset, algorithm in [("mobile-burst", "token_bucket"), ("shaping", "leaky_bucket"),

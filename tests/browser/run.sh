@@ -21,6 +21,8 @@ command -v redis-server >/dev/null || skip "redis-server not found"
 command -v chromium >/dev/null || skip "chromium not found (apt-get install chromium chromium-driver)"
 command -v chromedriver >/dev/null || skip "chromedriver not found (apt-get install chromium-driver)"
 version="$(chromium --headless=new --no-sandbox --disable-gpu --version 2>&1)" || skip "chromium does not run here: $version"
+# (Debian's wrapper script may print a shell warning before the version.)
+version="$(printf '%s\n' "$version" | tail -n 1)"
 VENV=$(bash "$HERE/../venv.sh" "$HERE/requirements.txt" \
   "${BROWSER_VENV:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/ratelimitd-browser/venv}" browser) ||
   skip "could not install selenium from PyPI (pip output above)"

@@ -106,11 +106,6 @@
     for (let t = 0; t < acc.length; t++) { s += acc[t]; if (t >= W) s -= acc[t - W]; best = Math.max(best, s); }
     return best;
   }
-  function ceiling(plan) {
-    if (plan.algorithm === "token_bucket") return Math.min(plan.peak, plan.refill_rate);
-    if (plan.algorithm === "leaky_bucket") return Math.min(plan.peak, plan.leak_rate);
-    return Math.min(plan.peak, 1000 * plan.limit / plan.window_ms);
-  }
   function explain(plan, startedMs) {
     const m = $("math"), f = fluid(plan, startedMs), n = plan.clients;
     const accepted = f.acc.reduce((x, y) => x + y, 0);
@@ -118,15 +113,15 @@
     let text;
     switch (plan.algorithm) {
       case "token_bucket":
-        text = `Token bucket, capacity c = ${plan.capacity}, refill R = ${plan.refill_rate}/s, steady rate r = ${r}/s: the bucket starts full, so a burst of c goes through at once; ` +
-          `after it the accepted ceiling is min(r, R) = ${RL.fmt(Math.min(r, plan.refill_rate))}/s. Over T = ${T} s: accepted ≈ min(r·T, c + R·T) = ${RL.fmt(Math.min(r * T, plan.capacity + plan.refill_rate * T))} per client.`;
+        text = `Token bucket, capacity c = ${plan.capacity}, refill R = ${plan.refill_rate}/s, at a steady rate r: the bucket starts full, so a burst of c goes through at once; ` +
+          `after it the accepted ceiling is min(r, R); over T seconds, accepted ≈ min(r·T, c + R·T) (r = ${r}/s, T = ${T} s: ${RL.fmt(Math.min(r * T, plan.capacity + plan.refill_rate * T))} per client).`;
         break;
       case "leaky_bucket":
-        text = `Leaky bucket, queue c = ${plan.capacity}, leak L = ${plan.leak_rate}/s, steady r = ${r}/s: the queue fills at r − L while r > L, then admits exactly L/s; ` +
-          `accepted ≈ min(r·T, c + L·T) = ${RL.fmt(Math.min(r * T, plan.capacity + plan.leak_rate * T))} per client, each ALLOW told to wait level ÷ L (shaping to a constant rate).`;
+        text = `Leaky bucket, queue c = ${plan.capacity}, leak L = ${plan.leak_rate}/s, at a steady rate r: the queue fills at r − L while r > L, then admits exactly L/s; ` +
+          `accepted ≈ min(r·T, c + L·T) (r = ${r}/s, T = ${T} s: ${RL.fmt(Math.min(r * T, plan.capacity + plan.leak_rate * T))} per client), each ALLOW told to wait level ÷ L (shaping to a constant rate).`;
         break;
       case "fixed_window":
-        text = `Fixed window, limit N = ${plan.limit} per W = ${plan.window_ms} ms (aligned to the epoch), steady r = ${r}/s: each window admits min(r·W, N), so the ceiling is min(r, N/W) = ${RL.fmt(Math.min(r, 1000 * plan.limit / plan.window_ms))}/s; ` +
+        text = `Fixed window, limit N = ${plan.limit} per W = ${plan.window_ms} ms (aligned to the epoch), at a steady rate r: each window admits min(r·W, N), so the ceiling is min(r, N/W) (r = ${r}/s: ${RL.fmt(Math.min(r, 1000 * plan.limit / plan.window_ms))}/s); ` +
           `but N at the end of one window and N at the start of the next make up to 2N = ${2 * plan.limit} in one W-long interval.`;
         break;
       case "sliding_window_log":
@@ -136,8 +131,18 @@
         text = `Sliding window counter, limit N = ${plan.limit} per W = ${plan.window_ms} ms: estimate = previous window's count × (1 − elapsed fraction) + current count. Steady r: ceiling min(r, N/W) = ${RL.fmt(Math.min(r, 1000 * plan.limit / plan.window_ms))}/s; ` +
           `bursts make the estimate wrong either way, so a W-long interval may hold somewhat more or fewer than N.`;
     }
-    m.textContent = text + ` Expected figures (table) come from a fluid model of the algorithm fed with the profile's rate, for ${n} client(s).`;
-    const e = { arrivals: f.arrivals * n, accepted: accepted * n, ceiling: ceiling(plan), peak: maxInWindow(f.acc, policyWindow(plan)) };
+    const profile = {
+      steady: `This run: steady, ${r}/s per client.`,
+      poisson: `This run: Poisson arrivals, mean ${r}/s per client.`,
+      bursty: `This run: a square wave, ${plan.peak}/s for the first half of each ${plan.period_ms} ms period and ${r}/s for the second (mean ${RL.fmt((plan.peak + r) / 2)}/s) per client.`,
+      surge: `This run: a surge from ${r}/s up to ${plan.peak}/s per client over the run.`,
+    }[plan.profile];
+    m.textContent = text + " " + profile + ` Expected figures (table) come from a fluid model of the algorithm fed with the profile's rate, for ${n} client(s).`;
+    // Accepted per second over the second half of the run: for a steady rate, the
+    // ceiling after the burst, min(r, R) (or min(r, N/W)).
+    const half = Math.floor(f.acc.length / 2);
+    const late = f.acc.subarray(half).reduce((x, y) => x + y, 0) / ((f.acc.length - half) / 1000);
+    const e = { arrivals: f.arrivals * n, accepted: accepted * n, ceiling: late, peak: maxInWindow(f.acc, policyWindow(plan)) };
     e.rate = e.arrivals > 0 ? e.accepted / e.arrivals : 0;
     $("exp-arrivals").textContent = RL.fmt(e.arrivals, 0);
     $("exp-accepted").textContent = RL.fmt(e.accepted, 0);
