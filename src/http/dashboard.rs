@@ -57,19 +57,22 @@ pub struct RuleFigures {
     pub allow: Vec<u64>,
     /// Decisions denied so far, per source.
     pub deny: Vec<u64>,
-    /// Its hottest keys lately.
+    /// Its hottest keys over the last minute, most decided first (this daemon's
+    /// heavy-hitter summary, as `TOP` reports it; none for an Envoy limit).
     pub top: Vec<HotKey>,
 }
 
-/// One hot key of a rule.
+/// One hot key of a rule (`hot_keys::HotKey` as the page reads it).
 #[derive(Debug, Clone, Serialize)]
 pub struct HotKey {
     /// The key as the client sent it.
     pub key: String,
-    /// Decisions lately.
+    /// Decisions over the last minute (an upper bound, at most `max_error` above).
     pub decisions: u64,
-    /// Of which denied.
+    /// Of which denied (a lower bound).
     pub denies: u64,
+    /// How far `decisions` may be from the truth.
+    pub max_error: u64,
 }
 
 /// Primary health.
@@ -79,12 +82,6 @@ pub struct Primary {
     pub name: String,
     /// Its breaker is open: its keys are decided without Redis.
     pub open: bool,
-}
-
-/// The hottest keys of `rule`, at most `n`. This daemon keeps no per-key counts of
-/// its own: until the operator verbs' heavy-hitter sketch is in, none.
-pub fn hot_keys(_rule: &str, _n: usize) -> Vec<HotKey> {
-    Vec::new()
 }
 
 /// The figures as they stand now.
@@ -104,6 +101,20 @@ pub fn figures(state: &State) -> Figures {
     for (name, tally) in snap.rules {
         let configured = rules.contains_key(&name);
         rules.insert(name.clone(), rule_figures(&name, configured, tally));
+    }
+    for figures in rules.values_mut() {
+        figures.top = state
+            .limiter
+            .top_keys(&figures.name, HOT_KEYS)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|k| HotKey {
+                key: k.key,
+                decisions: k.decisions,
+                denies: k.denies,
+                max_error: k.max_error,
+            })
+            .collect();
     }
     let primaries = state.redis.as_ref().map_or_else(Vec::new, |r| {
         r.primaries()
@@ -135,7 +146,7 @@ fn rule_figures(name: &str, configured: bool, tally: crate::metrics::Tally) -> R
         configured,
         allow: tally[1].to_vec(),
         deny: tally[0].to_vec(),
-        top: hot_keys(name, HOT_KEYS),
+        top: Vec::new(),
     }
 }
 

@@ -83,13 +83,14 @@
       parts.push(RL.el("h3", {}, r.name));
       const t = RL.el("table");
       const hr = RL.el("tr");
-      ["key", "decisions", "denied"].forEach((h) => hr.appendChild(RL.el("th", { scope: "col" }, h)));
+      ["key", "decisions", "± error", "denied"].forEach((h) => hr.appendChild(RL.el("th", { scope: "col" }, h)));
       t.appendChild(RL.el("thead")).appendChild(hr);
       const tb = t.appendChild(RL.el("tbody"));
       for (const k of r.top) {
         const tr = RL.el("tr");
         tr.appendChild(RL.el("td", {}, k.key));
         tr.appendChild(RL.el("td", {}, RL.fmt(k.decisions, 0)));
+        tr.appendChild(RL.el("td", {}, RL.fmt(k.max_error, 0)));
         tr.appendChild(RL.el("td", {}, RL.fmt(k.denies, 0)));
         tb.appendChild(tr);
       }
