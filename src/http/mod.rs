@@ -41,8 +41,9 @@ use tokio::sync::Semaphore;
 
 /// How long one connection may take to send its request and take the reply.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-/// Longest life of one event stream; the browser reconnects after it.
-pub const STREAM_MAX: Duration = Duration::from_secs(600);
+/// Longest life of one event stream (the longest lab run, `http.lab_max_seconds` ≤ 600,
+/// with room to connect); the dashboard's browser reconnects after it.
+pub const STREAM_MAX: Duration = Duration::from_secs(660);
 /// Longest request head read, bytes (hyper's smallest read buffer, 8 KiB).
 pub const MAX_HEAD: usize = 8 * 1024;
 /// Connections the kernel may hold for the endpoint before it accepts them.

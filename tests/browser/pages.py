@@ -237,6 +237,8 @@ def dashboard_tests(suite, b, daemon, out):
         assert denied.endswith("%") and denied != "0 %", f"rides_request deny ratio {denied} after a load past its refill"
         assert b.text("#connections") != "–"
         assert "healthy" in b.text("#primaries"), b.text("#primaries")
+        # The one key of rides_request's load is its hottest.
+        wait_until("rides_request's hottest key", lambda: "hot" in b.text("#hot"), timeout=5)
 
     def renders_on_a_phone():
         b.viewport(*PHONE)

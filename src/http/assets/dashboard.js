@@ -80,10 +80,11 @@
     const parts = [];
     for (const r of rules) {
       if (!r.top.length) continue;
-      parts.push(RL.el("h3", {}, r.name));
-      const t = RL.el("table");
+      const box = RL.el("div");
+      box.appendChild(RL.el("h3", {}, r.name));
+      const t = box.appendChild(RL.el("table"));
       const hr = RL.el("tr");
-      ["key", "decisions", "± error", "denied"].forEach((h) => hr.appendChild(RL.el("th", { scope: "col" }, h)));
+      ["key", "decisions", "±", "denied"].forEach((h) => hr.appendChild(RL.el("th", { scope: "col" }, h)));
       t.appendChild(RL.el("thead")).appendChild(hr);
       const tb = t.appendChild(RL.el("tbody"));
       for (const k of r.top) {
@@ -94,7 +95,7 @@
         tr.appendChild(RL.el("td", {}, RL.fmt(k.denies, 0)));
         tb.appendChild(tr);
       }
-      parts.push(t);
+      parts.push(box);
     }
     if (!parts.length) parts.push(RL.el("p", { class: "muted" }, "none yet"));
     box.replaceChildren(...parts);
