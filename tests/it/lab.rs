@@ -80,3 +80,45 @@ fn a_lab_run_is_decided_in_redis_under_the_lab_prefix_and_streams_every_decision
     assert!(run.iter().all(|k| k.starts_with("rl:lab:{run")), "{keys:?}");
     assert!(!keys.iter().any(|k| k.contains("configured")), "{keys:?}");
 }
+
+#[test]
+fn a_dashboard_stream_outlives_the_request_timeout_and_leaves_a_slot_for_scrapes() {
+    let port = free_port();
+    let _d = Daemon::start(&format!(
+        "[redis]\nmode = \"none\"\n[http]\nlisten = {port}\nmax_connections = 2\n\
+         [[rule]]\nname = \"r\"\nalgorithm = \"fixed_window\"\nlimit = 5\nwindow = \"1s\"\n"
+    ));
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    write!(stream, "GET /events HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    // Two connections, so one stream at most: a second one is refused at once, and a
+    // scrape still finds the other slot.
+    std::thread::sleep(Duration::from_millis(300));
+    let second = get(port, "/events");
+    assert!(second.starts_with("HTTP/1.1 503 "), "{second}");
+    assert!(get(port, "/metrics").starts_with("HTTP/1.1 200 OK"));
+    // The stream goes on past the 5 s a request gets: one event a second.
+    let start = std::time::Instant::now();
+    let mut text = Vec::new();
+    let mut buf = [0u8; 4096];
+    while start.elapsed() < Duration::from_millis(7500) {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => text.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("the stream stopped after {:?}: {e}", start.elapsed()),
+        }
+    }
+    let text = String::from_utf8_lossy(&text);
+    let events = text.matches("data: {").count();
+    println!("{events} events in {:?}", start.elapsed());
+    assert!(text.contains("content-type: text/event-stream"), "{text}");
+    // One a second from the stream's start, 0.3 s before the 7.5 s read (a late tick is
+    // sent when it comes: a few more at most).
+    assert!(
+        (5..=12).contains(&events),
+        "{events} events in 7.5 s: {text}"
+    );
+    assert!(text.contains("\"name\":\"r\""), "{text}");
+}
