@@ -122,3 +122,37 @@ fn a_dashboard_stream_outlives_the_request_timeout_and_leaves_a_slot_for_scrapes
     );
     assert!(text.contains("\"name\":\"r\""), "{text}");
 }
+
+#[test]
+fn a_listen_address_off_loopback_is_warned_about_and_both_names_at_once_are_refused() {
+    let port = free_port();
+    let d = Daemon::start(&format!(
+        "[redis]\nmode = \"none\"\n[http]\nlisten = \"0.0.0.0:{port}\"\nlab = true\n\
+         [[rule]]\nname = \"r\"\nalgorithm = \"fixed_window\"\nlimit = 5\nwindow = \"1s\"\n"
+    ));
+    assert!(
+        wait_until(Duration::from_secs(5), || d
+            .log()
+            .contains("http.listen is not a loopback address")),
+        "{}",
+        d.log_tail(20)
+    );
+    assert!(
+        d.log().contains("dashboard, lab) has no authentication"),
+        "{}",
+        d.log_tail(20)
+    );
+    let (status, out) = Daemon::run_to_exit(
+        &format!(
+            "[redis]\nmode = \"none\"\n[http]\nlisten = {}\n[metrics]\nlisten = {}\n",
+            free_port(),
+            free_port()
+        ),
+        Duration::from_secs(10),
+    );
+    assert!(!status.success(), "{out}");
+    assert!(
+        out.contains("metrics.listen") && out.contains("[http] listen"),
+        "{out}"
+    );
+}
