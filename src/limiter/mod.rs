@@ -17,9 +17,11 @@
 //!                                                                           └► error of this key only: on_redis_failure
 //! ```
 
+mod all;
 mod lease;
 mod query;
 mod refresh;
+mod refund;
 #[cfg(test)]
 mod tests;
 
@@ -33,6 +35,8 @@ use crate::key::{fits, tag_in, TagKey, TAG_MAX};
 use crate::log_every::LogEvery;
 use crate::metrics::{DecisionCounters, RedisCalls};
 use crate::store::{RedisStore, Store};
+
+pub use all::{Bound, CheckAll, Refused};
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
 use std::future::Future;
@@ -154,6 +158,13 @@ pub enum CheckError {
         uid: u32,
         /// The peer's gid.
         gid: u32,
+    },
+    /// The rule takes leases (`lease = "auto"`): its units are answered one key at a
+    /// time from leases, so it cannot be decided together with others or given back.
+    #[error("rule '{rule}' takes leases (lease = \"auto\"); CHECKALL, composite rules and REFUND need lease = \"off\"")]
+    Leased {
+        /// The rule.
+        rule: String,
     },
     /// The peer's uid holds its share of the requests in flight to Redis, or the daemon
     /// its cap: retry.

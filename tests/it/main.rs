@@ -15,6 +15,7 @@ mod secure_redis;
 mod algorithms;
 mod batch;
 mod bounded;
+mod checkall;
 mod cluster;
 mod cluster_slots;
 mod config_doc;
