@@ -367,8 +367,7 @@ impl<S: Store> Limiter<S> {
                 Some((j, b)) => {
                     // A denied triple binds before an allowed one, then the longest wait.
                     let best_denied = items[*j].decision.is_some_and(|x| !x.allowed);
-                    (denied && !best_denied)
-                        || (denied == best_denied && d.wait_ms > b.wait_ms)
+                    (denied && !best_denied) || (denied == best_denied && d.wait_ms > b.wait_ms)
                 }
             };
             if better {

@@ -31,6 +31,7 @@ mod module_graph;
 mod permissions;
 mod production_redis;
 mod redis_refusals;
+mod refund;
 mod reload_algorithm;
 mod saved_hosts;
 mod socket;
