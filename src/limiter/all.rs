@@ -59,6 +59,8 @@ pub enum CheckAll {
 struct Item<S: Store> {
     entry: Arc<ActiveRule>,
     key: KeyHash,
+    /// The key as sent (counted among the rule's hot keys).
+    key_bytes: Vec<u8>,
     cost: u32,
     store_key: Option<S::Key>,
     decision: Option<Decision>,
@@ -123,6 +125,7 @@ impl<S: Store> Limiter<S> {
             items.push(Item {
                 entry: Arc::clone(entry),
                 key: self.keys.of(r.name.as_bytes(), key),
+                key_bytes: key.to_vec(),
                 cost,
                 store_key: None,
                 decision: None,
@@ -140,7 +143,7 @@ impl<S: Store> Limiter<S> {
         for (i, item) in items.iter_mut().enumerate() {
             let mut buf = [0u8; TAG_MAX];
             let r = &item.entry.rule;
-            let Some(tag) = tag_in(&mut buf, &r.name, seen[i].1) else {
+            let Some(tag) = tag_in(&mut buf, &r.name, &item.key_bytes) else {
                 return CheckAll::Ready(Err(Refused {
                     index: i,
                     error: CheckError::KeyTooLong,
@@ -351,12 +354,13 @@ impl<S: Store> Limiter<S> {
         let allowed = items
             .iter()
             .all(|it| it.decision.is_some_and(|d| d.allowed));
+        let now = local_clock_us();
         let mut best: Option<(usize, Decision)> = None;
         for (i, item) in items.iter().enumerate() {
             let Some(mut d) = item.decision else { continue };
             let denied = !d.allowed;
             d.allowed = allowed;
-            item.entry.counters.record(&d);
+            item.entry.decided_now(item.key, &item.key_bytes, d, now);
             let better = match &best {
                 None => true,
                 Some((_, b)) if allowed => {
