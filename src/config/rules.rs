@@ -28,19 +28,21 @@ pub enum OnRedisFailure {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRule {
-    name: Spanned<String>,
-    algorithm: Spanned<Kind>,
-    capacity: Option<Spanned<u64>>,
-    refill_rate: Option<Spanned<f64>>,
-    leak_rate: Option<Spanned<f64>>,
-    limit: Option<Spanned<u64>>,
-    window: Option<Spanned<String>>,
+    pub(super) name: Spanned<String>,
+    pub(super) algorithm: Option<Spanned<Kind>>,
+    pub(super) capacity: Option<Spanned<u64>>,
+    pub(super) refill_rate: Option<Spanned<f64>>,
+    pub(super) leak_rate: Option<Spanned<f64>>,
+    pub(super) limit: Option<Spanned<u64>>,
+    pub(super) window: Option<Spanned<String>>,
     #[serde(default)]
-    on_redis_failure: OnRedisFailure,
-    fallback_hosts: Option<Spanned<u32>>,
-    allow_uids: Option<Spanned<Vec<i64>>>,
-    allow_gids: Option<Spanned<Vec<i64>>>,
-    lease: Option<Spanned<String>>,
+    pub(super) on_redis_failure: OnRedisFailure,
+    pub(super) fallback_hosts: Option<Spanned<u32>>,
+    pub(super) allow_uids: Option<Spanned<Vec<i64>>>,
+    pub(super) allow_gids: Option<Spanned<Vec<i64>>>,
+    pub(super) lease: Option<Spanned<String>>,
+    /// A composite rule's members (`config/composite.rs`).
+    pub(super) all_of: Option<Spanned<Vec<String>>>,
 }
 
 /// A validated rule.
@@ -70,6 +72,10 @@ pub struct Rule {
     /// `lease = "auto"`: hot keys are answered from leases (docs/DESIGN.md "Leases");
     /// `"off"` (the default): every decision is a script call.
     pub lease: bool,
+    /// A composite rule's members (`all_of`), in order; empty for every other rule. A
+    /// composite's `algorithm` is its first member's (what a reply names when the rule
+    /// itself is refused); its decisions are its members'.
+    pub all_of: Vec<String>,
 }
 
 impl Rule {
@@ -91,6 +97,7 @@ impl Rule {
             window_ms: algorithm.window_ms(),
             access: PeerAccess::default(),
             lease: false,
+            all_of: Vec::new(),
         }
     }
 
@@ -199,7 +206,17 @@ impl RawRule {
         field: &dyn Fn(&str) -> String,
         at: &Locator,
     ) -> Result<Algorithm, ConfigError> {
-        let kind = *self.algorithm.get_ref();
+        let kind = *self
+            .algorithm
+            .as_ref()
+            .ok_or_else(|| {
+                at.invalid(
+                    rule_span.clone(),
+                    &field("algorithm"),
+                    "a rule needs 'algorithm' (or 'all_of': a composite rule)",
+                )
+            })?
+            .get_ref();
         let family = kind.spec().family;
         let takes: [&str; 2] = match family {
             Family::Bucket { rate } => ["capacity", rate],
@@ -315,7 +332,7 @@ impl RawRule {
 }
 
 /// A rule's `allow_uids` / `allow_gids`: ids from 0 to 2³²−2 (2³²−1 is "no id").
-fn ids(
+pub(super) fn ids(
     list: &Option<Spanned<Vec<i64>>>,
     field: &str,
     at: &Locator,

@@ -75,6 +75,40 @@ struct Group<S: Store> {
 }
 
 impl<S: Store> Limiter<S> {
+    /// Decides `CHECK rule key cost` for `peer` when `rule` is composite (`all_of`):
+    /// the `CHECKALL` of its members with this key and cost. `None` when `rule` is not
+    /// a composite rule ([`Limiter::check`] said [`CheckError::Composite`]).
+    pub fn check_composite(
+        self: &Arc<Self>,
+        rule: &[u8],
+        key: &[u8],
+        cost: u32,
+        clock: &mut BatchClock,
+        peer: &Peer,
+    ) -> Option<CheckAll> {
+        let rules = self.rules.load();
+        let entry = std::str::from_utf8(rule)
+            .ok()
+            .and_then(|name| rules.get(name))?;
+        let r = &entry.rule;
+        if r.all_of.is_empty() {
+            return None;
+        }
+        if !peer.may(&r.access) {
+            return Some(CheckAll::Ready(Err(Refused {
+                index: 0,
+                error: CheckError::Forbidden {
+                    rule: r.name.clone(),
+                    uid: peer.uid,
+                    gid: peer.gid,
+                },
+            })));
+        }
+        let triples: Vec<(&[u8], &[u8], u32)> =
+            r.all_of.iter().map(|m| (m.as_bytes(), key, cost)).collect();
+        Some(self.check_all(&triples, clock, peer))
+    }
+
     /// Decides `triples` (rule, key, cost; keys and costs valid per the protocol) for
     /// `peer`, all or nothing.
     pub fn check_all(
@@ -84,9 +118,31 @@ impl<S: Store> Limiter<S> {
         peer: &Peer,
     ) -> CheckAll {
         let rules = self.rules.load();
-        let mut items: Vec<Item<S>> = Vec::with_capacity(triples.len());
-        let mut seen: Vec<(&[u8], &[u8])> = Vec::with_capacity(triples.len());
+        // A composite rule among the triples stands for its members.
+        let mut expanded: Vec<(usize, &[u8], &[u8], u32)> = Vec::with_capacity(triples.len());
         for (index, &(rule, key, cost)) in triples.iter().enumerate() {
+            match std::str::from_utf8(rule).ok().and_then(|n| rules.get(n)) {
+                Some(entry) if !entry.rule.all_of.is_empty() => {
+                    if !peer.may(&entry.rule.access) {
+                        return CheckAll::Ready(Err(Refused {
+                            index,
+                            error: CheckError::Forbidden {
+                                rule: entry.rule.name.clone(),
+                                uid: peer.uid,
+                                gid: peer.gid,
+                            },
+                        }));
+                    }
+                    for m in &entry.rule.all_of {
+                        expanded.push((index, m.as_bytes(), key, cost));
+                    }
+                }
+                _ => expanded.push((index, rule, key, cost)),
+            }
+        }
+        let mut items: Vec<Item<S>> = Vec::with_capacity(expanded.len());
+        let mut seen: Vec<(&[u8], &[u8])> = Vec::with_capacity(expanded.len());
+        for &(index, rule, key, cost) in &expanded {
             let refuse = |error| CheckAll::Ready(Err(Refused { index, error }));
             let Some(entry) = std::str::from_utf8(rule)
                 .ok()

@@ -170,6 +170,12 @@ pub enum CheckError {
         /// The peer's gid.
         gid: u32,
     },
+    /// The rule is composite (`all_of`): decided by [`Limiter::check_composite`].
+    #[error("rule '{rule}' is composite")]
+    Composite {
+        /// The rule.
+        rule: String,
+    },
     /// The rule takes leases (`lease = "auto"`): its units are answered one key at a
     /// time from leases, so it cannot be decided together with others or given back.
     #[error("rule '{rule}' takes leases (lease = \"auto\"); CHECKALL, composite rules and REFUND need lease = \"off\"")]
@@ -339,6 +345,11 @@ impl<S: Store> Limiter<S> {
         generation: u64,
     ) -> Check {
         let rule = &entry.rule;
+        if !rule.all_of.is_empty() {
+            return Check::Ready(Err(CheckError::Composite {
+                rule: rule.name.clone(),
+            }));
+        }
         // Against the rules in force for this request: a reload that removes a uid
         // applies to connections already open.
         if !entry.detached && !peer.may(&rule.access) {

@@ -72,6 +72,15 @@ pub fn handle_with(
         Ok(Request::Check { rule, key, cost }) => {
             let pending = match limiter.check(rule, key, cost, clock, peer) {
                 Check::Ready(Ok(d)) => ready(Reply::Decision(d.decision, d.window_ms)),
+                Check::Ready(Err(CheckError::Composite { .. })) => {
+                    match limiter.check_composite(rule, key, cost, clock, peer) {
+                        Some(CheckAll::Ready(Ok(b))) => ready(bound_reply(b)),
+                        Some(CheckAll::Ready(Err(r))) => ready(refusal(r.error, rule).into()),
+                        Some(CheckAll::Redis(fut)) => Answer::All(fut),
+                        // The rules were reloaded in between: ask again.
+                        None => return handle_with(limiter, line, clock, peer),
+                    }
+                }
                 Check::Ready(Err(e)) => ready(refusal(e, rule).into()),
                 Check::Redis(fut) => Answer::Redis(fut),
             };
@@ -127,6 +136,7 @@ fn refusal(e: CheckError, rule: &[u8]) -> ProtoError {
         CheckError::Forbidden { .. } => ProtoError::new(ErrorCode::Perm, e.to_string()),
         CheckError::Busy { .. } => ProtoError::new(ErrorCode::Busy, e.to_string()),
         CheckError::Leased { .. } => ProtoError::new(ErrorCode::Rule, e.to_string()),
+        CheckError::Composite { .. } => ProtoError::new(ErrorCode::Internal, e.to_string()),
     };
     metrics::error_reply(error.code);
     error

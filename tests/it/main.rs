@@ -18,6 +18,7 @@ mod bounded;
 mod checkall;
 mod cluster;
 mod cluster_slots;
+mod composite;
 mod config_doc;
 mod connections_per_uid;
 mod envoy_compat;
