@@ -54,6 +54,13 @@ impl RawRule {
                 ));
             }
         }
+        if let Some(o) = self.overrides.first() {
+            return Err(at.invalid(
+                o.span(),
+                &field("override"),
+                "a composite rule (all_of) takes no override: its members take their own",
+            ));
+        }
         let names = all_of.get_ref();
         let bad = |why: String| at.invalid(all_of.span(), &field("all_of"), &why);
         if names.is_empty() || names.len() > MAX_MEMBERS {

@@ -5,6 +5,7 @@
 //! * [`settings`]: `[server]`, `[redis]`, `[cache]`, `[fallback]`, `[metrics]`;
 //! * [`rules`]: the `[[rule]]` tables;
 //! * [`composite`]: composite rules (`all_of`) over them;
+//! * [`overrides`]: per-key overrides (`[[rule.override]]`);
 //! * [`envoy`]: `[envoy]`, the Envoy Rate Limit Service front end;
 //! * [`de`]: the serde helpers and range checks;
 //! * [`diff`]: what a reload may change and what needs a restart.
@@ -13,6 +14,7 @@ pub mod composite;
 mod de;
 pub mod diff;
 pub mod envoy;
+pub mod overrides;
 pub mod rules;
 pub mod settings;
 

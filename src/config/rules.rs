@@ -43,6 +43,9 @@ pub(super) struct RawRule {
     pub(super) lease: Option<Spanned<String>>,
     /// A composite rule's members (`config/composite.rs`).
     pub(super) all_of: Option<Spanned<Vec<String>>>,
+    /// Per-key overrides (`config/overrides.rs`).
+    #[serde(default, rename = "override")]
+    pub(super) overrides: Vec<Spanned<super::overrides::RawOverride>>,
 }
 
 /// A validated rule.
@@ -76,6 +79,8 @@ pub struct Rule {
     /// composite's `algorithm` is its first member's (what a reply names when the rule
     /// itself is refused); its decisions are its members'.
     pub all_of: Vec<String>,
+    /// Per-key overrides (`[[rule.override]]`): other parameters for some keys.
+    pub overrides: Vec<super::overrides::Override>,
 }
 
 impl Rule {
@@ -98,6 +103,7 @@ impl Rule {
             access: PeerAccess::default(),
             lease: false,
             all_of: Vec::new(),
+            overrides: Vec::new(),
         }
     }
 
@@ -159,6 +165,7 @@ impl RawRule {
             uids: ids(&self.allow_uids, &field("allow_uids"), at)?,
             gids: ids(&self.allow_gids, &field("allow_gids"), at)?,
         };
+        rule.overrides = self.validate_overrides(index, &rule, at)?;
         Ok(rule)
     }
 
@@ -200,7 +207,7 @@ impl RawRule {
     }
 
     /// The algorithm with its parameters, each checked and named in errors.
-    fn algorithm(
+    pub(super) fn algorithm(
         &self,
         rule_span: Range<usize>,
         field: &dyn Fn(&str) -> String,

@@ -150,6 +150,7 @@ impl<S: Store> Limiter<S> {
             else {
                 return refuse(CheckError::UnknownRule);
             };
+            let entry = entry.for_key(key);
             let r = &entry.rule;
             if !peer.may(&r.access) {
                 return refuse(CheckError::Forbidden {

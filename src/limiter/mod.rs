@@ -57,6 +57,26 @@ struct ActiveRule {
     detached: bool,
     /// The rule's hottest keys (`TOP`), kept across reloads; `None` for a detached rule.
     hot: Option<Arc<RuleKeys>>,
+    /// The rule as it applies to some keys (`[[rule.override]]`), in the rule's order:
+    /// the same counters and hot keys, the override's parameters.
+    overrides: Vec<Arc<ActiveRule>>,
+}
+
+impl ActiveRule {
+    /// The rule in force for `key`: its override's if one applies
+    /// ([`crate::config::overrides::find`]), else itself.
+    fn for_key<'a>(self: &'a Arc<Self>, key: &[u8]) -> &'a Arc<ActiveRule> {
+        if self.overrides.is_empty() {
+            return self;
+        }
+        crate::config::overrides::find(&self.rule.overrides, key)
+            .and_then(|o| {
+                self.overrides
+                    .iter()
+                    .find(|a| Arc::ptr_eq(&a.rule, &o.rule))
+            })
+            .unwrap_or(self)
+    }
 }
 
 /// A rule decided outside the table of named rules, by [`Limiter::check_detached`]:
@@ -73,6 +93,7 @@ impl Detached {
             counters,
             detached: true,
             hot: None,
+            overrides: Vec::new(),
         }))
     }
 
@@ -97,6 +118,19 @@ fn activate(rules: Rules, previous: &Active) -> Active {
                 .get(&name)
                 .and_then(|old| old.hot.clone())
                 .unwrap_or_default();
+            let overrides = rule
+                .overrides
+                .iter()
+                .map(|o| {
+                    Arc::new(ActiveRule {
+                        rule: Arc::clone(&o.rule),
+                        counters: DecisionCounters::new(&name),
+                        detached,
+                        hot: Some(Arc::clone(&hot)),
+                        overrides: Vec::new(),
+                    })
+                })
+                .collect();
             (
                 name,
                 Arc::new(ActiveRule {
@@ -104,6 +138,7 @@ fn activate(rules: Rules, previous: &Active) -> Active {
                     counters,
                     detached,
                     hot: Some(hot),
+                    overrides,
                 }),
             )
         })
@@ -350,6 +385,9 @@ impl<S: Store> Limiter<S> {
                 rule: rule.name.clone(),
             }));
         }
+        // A per-key override decides with its own parameters.
+        let entry = entry.for_key(key);
+        let rule = &entry.rule;
         // Against the rules in force for this request: a reload that removes a uid
         // applies to connections already open.
         if !entry.detached && !peer.may(&rule.access) {

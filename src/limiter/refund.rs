@@ -36,7 +36,7 @@ impl<S: Store> Limiter<S> {
         else {
             return Check::Ready(Err(CheckError::UnknownRule));
         };
-        let entry = Arc::clone(entry);
+        let entry = Arc::clone(entry.for_key(key));
         let r = &entry.rule;
         if !peer.may(&r.access) {
             return Check::Ready(Err(CheckError::Forbidden {

@@ -29,6 +29,7 @@ mod harness;
 mod local;
 mod metrics;
 mod module_graph;
+mod overrides;
 mod permissions;
 mod production_redis;
 mod redis_refusals;
