@@ -3,7 +3,7 @@
 -- src/store/multi.rs builds the script as src/store/scripts.rs builds the batch script:
 -- `local items, ARGV, keys, KEYS = ARGV, {}, KEYS, {}`, prelude.lua (one TIME for
 -- all), the shared parts, each algorithm's script as a function `decide_<kind>(ARGV)`
--- listed in `algorithms`, then this file.
+-- listed in `algorithms`, give_back.lua and its `give_backs` table, then this file.
 --
 -- KEYS[i]  decision i's key; the caller merged repeated keys (their costs summed), so
 --          every key appears once
@@ -14,11 +14,12 @@
 --          wait_ms, and the instant (µs, Redis clock) its state was decided at when it
 --          was taken, else 0
 --
--- With two or more keys, each is first decided as a dry run (nothing written); only if
--- every one would be allowed is each decided for real, from the same instant, so each
--- real decision is its dry run's (the keys are distinct and the instant the same). A
--- DENY writes nothing on any key. Redis runs the script atomically: nobody sees a
--- state in between.
+-- Each key is decided for real in turn, from the same instant; at the first DENY, the
+-- keys already taken get their units back (give_back.lua, prepended: nothing ran in
+-- between, so each give-back undoes exactly its take) and every key is reported as a
+-- dry run. Redis runs the script atomically: nobody sees a state in between. (A dry
+-- run of every key before taking any was the first design: twice the work on every
+-- ALLOW, the common case.)
 local base = now
 local parsed = {}
 local at = 1
@@ -45,20 +46,28 @@ end
 
 local out = {}
 local instants = {}
-local all = true
-if #keys > 1 then
+local taken = 0
+for i = 1, #keys do
+  out[i] = run(i, false)
+  if out[i][1] ~= 1 then
+    break
+  end
+  instants[i] = now
+  taken = i
+end
+if taken < #keys then
+  -- Denied: what the keys before it took goes back, from the same instant (nothing ran
+  -- in between, so each give-back restores exactly what its take wrote), and every
+  -- key is reported as a dry run of its cost now.
+  for i = taken, 1, -1 do
+    now, clock, dry = base, base, false
+    KEYS[1] = keys[i]
+    local p = parsed[i]
+    give_backs[p.kind + 1]({p.args[1], p.args[2], p.args[3]}, instants[i])
+  end
   for i = 1, #keys do
     out[i] = run(i, true)
     instants[i] = 0
-    if out[i][1] ~= 1 then
-      all = false
-    end
-  end
-end
-if all then
-  for i = 1, #keys do
-    out[i] = run(i, false)
-    instants[i] = now
   end
 end
 local flat = {}

@@ -46,15 +46,8 @@ fn head() -> String {
     lua
 }
 
-/// The all-or-nothing script (`lua/all.lua`): keys of one slot decided together.
-pub fn all_lua() -> String {
-    let mut lua = head();
-    lua.push_str(include_str!("../../lua/all.lua"));
-    lua
-}
-
-/// The give-back script (`lua/give_back.lua`, `lua/give_back_loop.lua`).
-pub fn give_back_lua() -> String {
+/// [`head`], then the give-back functions listed in `give_backs`.
+fn head_with_give_backs() -> String {
     let mut lua = head();
     lua.push_str(include_str!("../../lua/give_back.lua"));
     let names: Vec<String> = Kind::ALL
@@ -62,6 +55,19 @@ pub fn give_back_lua() -> String {
         .map(|k| format!("give_back_{}", k.spec().suffix))
         .collect();
     lua.push_str(&format!("local give_backs = {{{}}}\n", names.join(", ")));
+    lua
+}
+
+/// The all-or-nothing script (`lua/all.lua`): keys of one slot decided together.
+pub fn all_lua() -> String {
+    let mut lua = head_with_give_backs();
+    lua.push_str(include_str!("../../lua/all.lua"));
+    lua
+}
+
+/// The give-back script (`lua/give_back.lua`, `lua/give_back_loop.lua`).
+pub fn give_back_lua() -> String {
+    let mut lua = head_with_give_backs();
     lua.push_str(include_str!("../../lua/give_back_loop.lua"));
     lua
 }

@@ -54,6 +54,18 @@ fn a_composite_burst_denies_and_its_daily_quota_is_untouched() {
     assert_eq!(daily.remaining, 97);
     // A member decided on its own sees what the composite took.
     assert!(c.request("CHECK api_burst k").starts_with("DENY 3 0 "));
+    // The daily quota taken first and the burst denying after it, in one script: the
+    // daily unit goes back before the script ends.
+    assert!(c.request("CHECK api_burst m 3").starts_with("ALLOW 3 0 "));
+    let r = c.request("CHECKALL api_daily m 1 api_burst m 1");
+    assert!(
+        r.starts_with("DENY 3 0 ") && r.ends_with(" api_burst"),
+        "{r}"
+    );
+    assert_eq!(
+        parse_reply(&c.request("CHECK api_daily m 0")).remaining,
+        100
+    );
     // And a composite may stand among CHECKALL's triples.
     let r = c.request("CHECKALL api j 1 api_daily j 1");
     assert!(

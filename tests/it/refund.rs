@@ -158,13 +158,32 @@ fn a_denied_checkall_leaves_every_algorithm_as_it_was() {
             .all(|i| parse_reply(&c.request(&format!("CHECK gate __ready{i} 0"))).source == "redis")
     }));
     let slot = |k: &str| cluster.cli(&cluster.primary_addrs()[0], &["CLUSTER", "KEYSLOT", k]);
-    assert!(c.request("CHECK gate k 1").starts_with("ALLOW 1 0 "));
     for rule in RULES {
         assert_ne!(
             slot(&format!("{rule}:k")),
             slot("gate:k"),
             "{rule} shares gate's slot"
         );
+    }
+    leaves_every_algorithm_as_it_was(&mut c);
+}
+
+/// The same on one standalone Redis: each key and `gate` in one script, each key taken
+/// first, then given back inside the script when `gate` denies.
+#[test]
+fn a_denied_checkall_in_one_script_leaves_every_algorithm_as_it_was() {
+    let redis = RedisStandalone::start();
+    let d = Daemon::start(&standalone_config(&redis));
+    let mut c = d.connect();
+    assert!(wait_until(Duration::from_secs(10), || {
+        parse_reply(&c.request("CHECK gate __ready 0")).source == "redis"
+    }));
+    leaves_every_algorithm_as_it_was(&mut c);
+}
+
+fn leaves_every_algorithm_as_it_was(c: &mut Client) {
+    assert!(c.request("CHECK gate k 1").starts_with("ALLOW 1 0 "));
+    for rule in RULES {
         // Some units taken for real first, so the give-back meets a used state.
         assert!(c
             .request(&format!("CHECK {rule} k 2"))
