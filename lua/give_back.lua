@@ -105,7 +105,9 @@ end
 -- Sliding window log: units taken off log entries still in the window: for a REFUND
 -- the newest first; for an undo, the entry logged at the reservation's instant. The
 -- running totals of the entries after a changed one are lowered to match; an entry
--- left with no units is removed. O(entries in the window), at most `limit`.
+-- left with no units is removed. The entries are read from the newest back by rank
+-- (ZRANGE, which the documented ACL allows), doubling the count read until one is
+-- older than those that matter: O(entries after the oldest changed), at most `limit`.
 local function give_back_swl(args, at)
   local window, units = tonumber(args[2]), tonumber(args[3])
   local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
@@ -115,23 +117,39 @@ local function give_back_swl(args, at)
   if now < tonumber(top[2]) then
     now = tonumber(top[2])
   end
-  local from = '(' .. digits(now - window)
-  if at then
-    if at <= now - window then
-      return
+  local function wanted(ts)
+    if at then
+      return ts >= at
     end
-    from = digits(at)
+    return ts > now - window
   end
-  local flat = redis.call('ZRANGEBYSCORE', KEYS[1], from, '+inf')
-  local entries = {}
-  for i = 1, #flat do
-    local ts, cum, x, n = string.match(flat[i], '^(%d+):(%d+):(%d+):(%d+)$')
-    if not ts then
-      -- An entry of the format before running totals: the next decision rewrites it.
-      return
+  if at and at <= now - window then
+    return
+  end
+  local entries
+  local n = 8
+  while true do
+    local flat = redis.call('ZRANGE', KEYS[1], -n, -1)
+    entries = {}
+    local older = false
+    for i = 1, #flat do
+      local ts, cum, x, k = string.match(flat[i], '^(%d+):(%d+):(%d+):(%d+)$')
+      if not ts then
+        -- An entry of the format before running totals: the next decision rewrites it.
+        return
+      end
+      ts = tonumber(ts)
+      if wanted(ts) then
+        entries[#entries + 1] = {member = flat[i], ts = ts, cum = tonumber(cum), x = tonumber(x),
+          units = tonumber(k), off = 0}
+      else
+        older = true
+      end
     end
-    entries[i] = {member = flat[i], ts = tonumber(ts), cum = tonumber(cum), x = tonumber(x),
-      units = tonumber(n), off = 0}
+    if older or #flat < n then
+      break
+    end
+    n = n * 2
   end
   if #entries == 0 then
     return

@@ -4,8 +4,10 @@
 //! leaves the other limits exactly as they were.
 
 use crate::common;
+use crate::secure_redis;
 
 use common::*;
+use secure_redis::{Flavor, TestCluster};
 use std::time::Duration;
 
 /// One rule per algorithm, each with a limit of 5 that does not come back within a
@@ -46,6 +48,12 @@ name = "second"
 algorithm = "fixed_window"
 limit = 5
 window = "1s"
+
+[[rule]]
+name = "swl20"
+algorithm = "sliding_window_log"
+limit = 20
+window = "1h"
 
 [[rule]]
 name = "gate"
@@ -141,15 +149,17 @@ fn refund_errors() {
     }
 }
 
+plain_and_tls!(a_denied_checkall_leaves_every_algorithm_as_it_was);
+
 /// A denied CHECKALL gives every other triple's reservation back, whatever its
 /// algorithm: the `gate` bucket (capacity 1, drained) denies on one slot, each
-/// algorithm's key is reserved on another and must end as it was.
-#[test]
-fn a_denied_checkall_leaves_every_algorithm_as_it_was() {
-    let cluster = RedisCluster::start();
+/// algorithm's key is reserved on another and must end as it was. Also over TLS with
+/// the documented least-privilege ACL user, which must refuse the give-back nothing.
+fn a_denied_checkall_leaves_every_algorithm_as_it_was(flavor: Flavor) {
+    let cluster = TestCluster::start(flavor);
     let config = format!(
-        "[redis]\nmode = \"cluster\"\nnodes = {}\ntimeout_ms = 200\n[cache]\nttl_ms = 0\n{FIVE}",
-        toml_str_array(&cluster.primary_addrs())
+        "[redis]\n{}timeout_ms = 200\n[cache]\nttl_ms = 0\n{FIVE}",
+        cluster.redis_fields()
     );
     let d = Daemon::start(&config);
     let mut c = d.connect();
@@ -166,6 +176,16 @@ fn a_denied_checkall_leaves_every_algorithm_as_it_was() {
         );
     }
     leaves_every_algorithm_as_it_was(&mut c);
+    // A log of more entries than the give-back reads at first (8).
+    for _ in 0..12 {
+        assert!(c.request("CHECK swl20 many 1").starts_with("ALLOW"));
+    }
+    assert!(c
+        .request("REFUND swl20 many 10")
+        .starts_with("ALLOW 20 18 "));
+    assert!(c.request("CHECK swl20 many 18").starts_with("ALLOW 20 0 "));
+    assert!(c.request("CHECK swl20 many 1").starts_with("DENY"));
+    cluster.assert_no_acl_denials();
 }
 
 /// The same on one standalone Redis: each key and `gate` in one script, each key taken
