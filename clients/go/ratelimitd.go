@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -55,6 +56,8 @@ type Client struct {
 	MaxIdle int
 
 	pool pool
+	// warned: the daemon could not be reached and that was logged (once per Client).
+	warned sync.Once
 }
 
 // New returns a client for the socket at path: 200 ms timeout, fail-open, 8 kept
@@ -86,7 +89,18 @@ func (c *Client) CheckMany(ctx context.Context, checks []Check) ([]Result, error
 			return nil, err
 		}
 	}
-	payload := []byte(b.String())
+	rules := make([]string, len(checks))
+	for i, ch := range checks {
+		rules[i] = ch.Rule
+	}
+	out, _, err := c.exchangeLines(ctx, []byte(b.String()), rules)
+	return out, err
+}
+
+// exchangeLines sends payload (one request line per rule of rules), reads the replies
+// and reads each as a CHECK reply under its rule, as CheckMany describes; the raw lines
+// too (fewer than rules when the daemon did not answer them all).
+func (c *Client) exchangeLines(ctx context.Context, payload []byte, rules []string) ([]Result, []string, error) {
 	timeout := c.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -96,7 +110,7 @@ func (c *Client) CheckMany(ctx context.Context, checks []Check) ([]Result, error
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline, ctxFirst = d, true
 	}
-	lines := make([]string, 0, len(checks))
+	lines := make([]string, 0, len(rules))
 	cn := c.pool.take()
 	reused := cn != nil
 	var inStep bool
@@ -105,7 +119,7 @@ func (c *Client) CheckMany(ctx context.Context, checks []Check) ([]Result, error
 		cn, cause = dial(ctx, c.Path, deadline)
 	}
 	if cause == nil {
-		inStep, cause = cn.exchange(ctx, payload, len(checks), deadline, &lines)
+		inStep, cause = cn.exchange(ctx, payload, len(rules), deadline, &lines)
 	}
 	if cause != nil && reused && len(lines) == 0 && !isTimeout(cause) && ctx.Err() == nil {
 		// A kept connection closed by a daemon restart or an idle timeout (and so,
@@ -115,7 +129,7 @@ func (c *Client) CheckMany(ctx context.Context, checks []Check) ([]Result, error
 		c.pool.drain()
 		cn, cause = dial(ctx, c.Path, deadline)
 		if cause == nil {
-			inStep, cause = cn.exchange(ctx, payload, len(checks), deadline, &lines)
+			inStep, cause = cn.exchange(ctx, payload, len(rules), deadline, &lines)
 		}
 	}
 	if cause != nil {
@@ -125,15 +139,18 @@ func (c *Client) CheckMany(ctx context.Context, checks []Check) ([]Result, error
 			cause = context.DeadlineExceeded // the socket deadline was ctx's, a hair sooner
 		}
 		cause = fmt.Errorf("ratelimitd at %s: %w", c.Path, cause)
+		if len(lines) == 0 && !reused {
+			c.warnUnreachable(cause)
+		}
 	}
-	out := make([]Result, len(checks))
+	out := make([]Result, len(rules))
 	var bug error
-	for i, ch := range checks {
+	for i, rule := range rules {
 		if i >= len(lines) {
-			out[i] = c.fallback(ch.Rule, cause)
+			out[i] = c.fallback(rule, cause)
 			continue
 		}
-		r, err := ParseReply(lines[i], ch.Rule)
+		r, err := ParseReply(lines[i], rule)
 		var re *RequestError
 		switch {
 		case err == nil:
@@ -146,10 +163,10 @@ func (c *Client) CheckMany(ctx context.Context, checks []Check) ([]Result, error
 			// BUSY and PERM close the connection; INTERNAL and codes of later versions
 			// leave it open. Either way the daemon cannot serve this check now.
 			inStep = inStep && re.Code != "BUSY" && re.Code != "PERM"
-			out[i] = c.fallback(ch.Rule, fmt.Errorf("daemon said: %s", lines[i]))
+			out[i] = c.fallback(rule, fmt.Errorf("daemon said: %s", lines[i]))
 		default:
 			inStep = false
-			out[i] = c.fallback(ch.Rule, err)
+			out[i] = c.fallback(rule, err)
 		}
 	}
 	if cn != nil {
@@ -160,9 +177,9 @@ func (c *Client) CheckMany(ctx context.Context, checks []Check) ([]Result, error
 		}
 	}
 	if bug != nil {
-		return nil, bug
+		return nil, nil, bug
 	}
-	return out, nil
+	return out, lines, nil
 }
 
 func (c *Client) maxIdle() int {

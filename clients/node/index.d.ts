@@ -53,9 +53,14 @@ export declare class Client {
   path: string;
   timeoutMs: number;
   failOpen: boolean;
-  constructor(opts?: ClientOptions);
+  /** The socket's path, or options. */
+  constructor(opts?: ClientOptions | string);
   check(rule: string, key: string | Buffer, cost?: number): Promise<Result>;
   checkMany(checks: Check[]): Promise<Result[]>;
+  /** 1 to 8 limits, all or nothing; the binding one's result (`rule` names it). */
+  checkAll(triples: Check[]): Promise<Result>;
+  /** Gives up to `units` back; the key's state after it. */
+  refund(rule: string, key: string | Buffer, units: number): Promise<Result>;
   close(): void;
 }
 

@@ -2,6 +2,7 @@
 // The package's CommonJS entry point; index.mjs re-exports it for ESM.
 const result = require('./lib/result');
 const { Client } = require('./lib/client');
+require('./lib/several'); // Client#checkAll, Client#refund
 const { middleware, clientAddress } = require('./lib/middleware');
 
 module.exports = {

@@ -4,14 +4,18 @@
 //! Unknown fields and bad values are errors that name the field and its line.
 //! * [`settings`]: `[server]`, `[redis]`, `[cache]`, `[fallback]`, `[metrics]`;
 //! * [`rules`]: the `[[rule]]` tables;
+//! * [`composite`]: composite rules (`all_of`) over them;
+//! * [`overrides`]: per-key overrides (`[[rule.override]]`);
 //! * [`envoy`]: `[envoy]`, the Envoy Rate Limit Service front end;
 //! * [`de`]: the serde helpers and range checks;
 //! * [`diff`]: what a reload may change and what needs a restart.
 
+pub mod composite;
 mod de;
 pub mod diff;
 pub mod envoy;
 pub mod http;
+pub mod overrides;
 pub mod rules;
 pub mod settings;
 
@@ -153,7 +157,11 @@ impl Config {
         let redis = raw.redis.map(Spanned::into_inner).unwrap_or_default();
         redis.validate(redis_span, &at)?;
         let mut rules = HashMap::new();
-        for (i, spanned) in raw.rule.iter().enumerate() {
+        // The rules of their own first, then the composites over them.
+        let composite = |r: &Spanned<rules::RawRule>| r.get_ref().all_of.is_some();
+        let order = (raw.rule.iter().enumerate().filter(|(_, r)| !composite(r)))
+            .chain(raw.rule.iter().enumerate().filter(|(_, r)| composite(r)));
+        for (i, spanned) in order {
             let r = spanned.get_ref();
             let name = r.name();
             if rules.contains_key(name.get_ref()) {
@@ -163,7 +171,11 @@ impl Config {
                     &format!("rule '{}' is defined twice", name.get_ref()),
                 ));
             }
-            let rule = r.validate(i, spanned.span(), raw.fallback.hosts, &at)?;
+            let rule = if composite(spanned) {
+                r.composite(i, spanned.span(), &rules, &at)?
+            } else {
+                r.validate(i, spanned.span(), raw.fallback.hosts, &at)?
+            };
             rules.insert(rule.name.clone(), Arc::new(rule));
         }
         let envoy = raw.envoy.validate(&rules, &raw.server.socket, &at)?;

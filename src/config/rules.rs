@@ -28,19 +28,24 @@ pub enum OnRedisFailure {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRule {
-    name: Spanned<String>,
-    algorithm: Spanned<Kind>,
-    capacity: Option<Spanned<u64>>,
-    refill_rate: Option<Spanned<f64>>,
-    leak_rate: Option<Spanned<f64>>,
-    limit: Option<Spanned<u64>>,
-    window: Option<Spanned<String>>,
+    pub(super) name: Spanned<String>,
+    pub(super) algorithm: Option<Spanned<Kind>>,
+    pub(super) capacity: Option<Spanned<u64>>,
+    pub(super) refill_rate: Option<Spanned<f64>>,
+    pub(super) leak_rate: Option<Spanned<f64>>,
+    pub(super) limit: Option<Spanned<u64>>,
+    pub(super) window: Option<Spanned<String>>,
     #[serde(default)]
-    on_redis_failure: OnRedisFailure,
-    fallback_hosts: Option<Spanned<u32>>,
-    allow_uids: Option<Spanned<Vec<i64>>>,
-    allow_gids: Option<Spanned<Vec<i64>>>,
-    lease: Option<Spanned<String>>,
+    pub(super) on_redis_failure: OnRedisFailure,
+    pub(super) fallback_hosts: Option<Spanned<u32>>,
+    pub(super) allow_uids: Option<Spanned<Vec<i64>>>,
+    pub(super) allow_gids: Option<Spanned<Vec<i64>>>,
+    pub(super) lease: Option<Spanned<String>>,
+    /// A composite rule's members (`config/composite.rs`).
+    pub(super) all_of: Option<Spanned<Vec<String>>>,
+    /// Per-key overrides (`config/overrides.rs`).
+    #[serde(default, rename = "override")]
+    pub(super) overrides: Vec<Spanned<super::overrides::RawOverride>>,
 }
 
 /// A validated rule.
@@ -76,6 +81,12 @@ pub struct Rule {
     /// daemons), and a flood of one rule's keys does not drain another rule's
     /// (`crate::fallback`, module `restart`).
     pub sketch_tag: u8,
+    /// A composite rule's members (`all_of`), in order; empty for every other rule. A
+    /// composite's `algorithm` is its first member's (what a reply names when the rule
+    /// itself is refused); its decisions are its members'.
+    pub all_of: Vec<String>,
+    /// Per-key overrides (`[[rule.override]]`): other parameters for some keys.
+    pub overrides: Vec<super::overrides::Override>,
 }
 
 /// [`Rule::sketch_tag`] of the rule `name` under algorithm `kind` (FNV-1a, folded to
@@ -106,6 +117,8 @@ impl Rule {
             window_ms: algorithm.window_ms(),
             access: PeerAccess::default(),
             lease: false,
+            all_of: Vec::new(),
+            overrides: Vec::new(),
             sketch_tag: sketch_tag(&name, algorithm.params(1).kind().as_str()),
             name,
         }
@@ -169,6 +182,7 @@ impl RawRule {
             uids: ids(&self.allow_uids, &field("allow_uids"), at)?,
             gids: ids(&self.allow_gids, &field("allow_gids"), at)?,
         };
+        rule.overrides = self.validate_overrides(index, &rule, at)?;
         Ok(rule)
     }
 
@@ -210,13 +224,23 @@ impl RawRule {
     }
 
     /// The algorithm with its parameters, each checked and named in errors.
-    fn algorithm(
+    pub(super) fn algorithm(
         &self,
         rule_span: Range<usize>,
         field: &dyn Fn(&str) -> String,
         at: &Locator,
     ) -> Result<Algorithm, ConfigError> {
-        let kind = *self.algorithm.get_ref();
+        let kind = *self
+            .algorithm
+            .as_ref()
+            .ok_or_else(|| {
+                at.invalid(
+                    rule_span.clone(),
+                    &field("algorithm"),
+                    "a rule needs 'algorithm' (or 'all_of': a composite rule)",
+                )
+            })?
+            .get_ref();
         let family = kind.spec().family;
         let takes: [&str; 2] = match family {
             Family::Bucket { rate } => ["capacity", rate],
@@ -332,7 +356,7 @@ impl RawRule {
 }
 
 /// A rule's `allow_uids` / `allow_gids`: ids from 0 to 2³²−2 (2³²−1 is "no id").
-fn ids(
+pub(super) fn ids(
     list: &Option<Spanned<Vec<i64>>>,
     field: &str,
     at: &Locator,

@@ -17,10 +17,12 @@
 //!                                                                           └► error of this key only: on_redis_failure
 //! ```
 
+mod all;
 mod lease;
 mod query;
 mod record;
 mod refresh;
+mod refund;
 #[cfg(test)]
 mod tests;
 
@@ -35,6 +37,8 @@ use crate::key::{fits, tag_in, TagKey, TAG_MAX};
 use crate::log_every::LogEvery;
 use crate::metrics::{DecisionCounters, RedisCalls};
 use crate::store::{RedisStore, Store};
+
+pub use all::{Bound, CheckAll, Refused};
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
 use std::future::Future;
@@ -53,6 +57,26 @@ struct ActiveRule {
     detached: bool,
     /// The rule's hottest keys (`TOP`), kept across reloads; `None` for a detached rule.
     hot: Option<Arc<RuleKeys>>,
+    /// The rule as it applies to some keys (`[[rule.override]]`), in the rule's order:
+    /// the same counters and hot keys, the override's parameters.
+    overrides: Vec<Arc<ActiveRule>>,
+}
+
+impl ActiveRule {
+    /// The rule in force for `key`: its override's if one applies
+    /// ([`crate::config::overrides::find`]), else itself.
+    fn for_key<'a>(self: &'a Arc<Self>, key: &[u8]) -> &'a Arc<ActiveRule> {
+        if self.overrides.is_empty() {
+            return self;
+        }
+        crate::config::overrides::find(&self.rule.overrides, key)
+            .and_then(|o| {
+                self.overrides
+                    .iter()
+                    .find(|a| Arc::ptr_eq(&a.rule, &o.rule))
+            })
+            .unwrap_or(self)
+    }
 }
 
 /// A rule decided outside the table of named rules, by [`Limiter::check_detached`]:
@@ -69,6 +93,7 @@ impl Detached {
             counters,
             detached: true,
             hot: None,
+            overrides: Vec::new(),
         }))
     }
 
@@ -80,6 +105,7 @@ impl Detached {
             counters: DecisionCounters::unlisted(),
             detached: true,
             hot: None,
+            overrides: Vec::new(),
         }))
     }
 
@@ -104,6 +130,19 @@ fn activate(rules: Rules, previous: &Active) -> Active {
                 .get(&name)
                 .and_then(|old| old.hot.clone())
                 .unwrap_or_default();
+            let overrides = rule
+                .overrides
+                .iter()
+                .map(|o| {
+                    Arc::new(ActiveRule {
+                        rule: Arc::clone(&o.rule),
+                        counters: DecisionCounters::new(&name),
+                        detached,
+                        hot: Some(Arc::clone(&hot)),
+                        overrides: Vec::new(),
+                    })
+                })
+                .collect();
             (
                 name,
                 Arc::new(ActiveRule {
@@ -111,6 +150,7 @@ fn activate(rules: Rules, previous: &Active) -> Active {
                     counters,
                     detached,
                     hot: Some(hot),
+                    overrides,
                 }),
             )
         })
@@ -176,6 +216,19 @@ pub enum CheckError {
         uid: u32,
         /// The peer's gid.
         gid: u32,
+    },
+    /// The rule is composite (`all_of`): decided by [`Limiter::check_composite`].
+    #[error("rule '{rule}' is composite")]
+    Composite {
+        /// The rule.
+        rule: String,
+    },
+    /// The rule takes leases (`lease = "auto"`): its units are answered one key at a
+    /// time from leases, so it cannot be decided together with others or given back.
+    #[error("rule '{rule}' takes leases (lease = \"auto\"); CHECKALL, composite rules and REFUND need lease = \"off\"")]
+    Leased {
+        /// The rule.
+        rule: String,
     },
     /// The peer's uid holds its share of the requests in flight to Redis, or the daemon
     /// its cap: retry.
@@ -346,6 +399,14 @@ impl<S: Store> Limiter<S> {
         generation: u64,
     ) -> Check {
         let rule = &entry.rule;
+        if !rule.all_of.is_empty() {
+            return Check::Ready(Err(CheckError::Composite {
+                rule: rule.name.clone(),
+            }));
+        }
+        // A per-key override decides with its own parameters.
+        let entry = entry.for_key(key);
+        let rule = &entry.rule;
         // Against the rules in force for this request: a reload that removes a uid
         // applies to connections already open.
         if !entry.detached && !peer.may(&rule.access) {
@@ -381,14 +442,8 @@ impl<S: Store> Limiter<S> {
         let Some(redis) = &self.redis else {
             let now = clock.now_us();
             return decided(
-                self.local.decide(
-                    key,
-                    rule.limit(),
-                    &rule.params,
-                    rule.sketch_tag,
-                    cost,
-                    now,
-                ),
+                self.local
+                    .decide(key, rule.limit(), &rule.params, rule.sketch_tag, cost, now),
                 clock,
             );
         };

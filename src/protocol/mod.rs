@@ -17,7 +17,7 @@ pub mod request;
 pub use error::{printable, ErrorCode, ProtoError};
 pub use frame::{Found, Frame, LineDecoder};
 pub use reply::Reply;
-pub use request::{parse, Request, MAX_COST, MAX_KEY_LEN};
+pub use request::{parse, Request, Triple, Triples, MAX_COST, MAX_KEY_LEN, MAX_TRIPLES};
 
 #[cfg(test)]
 mod tests {

@@ -13,6 +13,10 @@ pub enum Reply {
     /// [`crate::config::Algorithm::window_ms`]), sent as a seventh field so that clients
     /// can state the quota policy (`RateLimit-Policy: …;w=`) without knowing the rule.
     Decision(Decision, u64),
+    /// The reply to `CHECKALL` (and to `CHECK` of a composite rule): the binding
+    /// decision and its policy window, as [`Reply::Decision`], then the binding rule's
+    /// name as one more field.
+    Bound(Decision, u64, String),
     /// The reply to `PING`.
     Pong,
     /// The reply to `QUIT` (the connection closes after it).
@@ -46,6 +50,14 @@ impl Reply {
                 line.push(b"\n");
                 out.extend_from_slice(line.as_bytes());
                 return;
+            }
+            Reply::Bound(d, window_ms, rule) => {
+                Reply::Decision(*d, *window_ms).encode(out);
+                // Replace the newline with " <rule>\n" (rule names are ASCII without
+                // spaces, checked by the configuration).
+                out.truncate(out.len() - 1);
+                out.put_u8(b' ');
+                out.put_slice(rule.as_bytes());
             }
             Reply::Pong => out.put_slice(b"PONG"),
             Reply::Bye => out.put_slice(b"BYE"),
@@ -117,10 +129,23 @@ mod tests {
         )
         .encode(&mut out);
         Reply::Pong.encode(&mut out);
+        Reply::Bound(
+            Decision {
+                allowed: false,
+                limit: 60,
+                remaining: 0,
+                reset_ms: 5,
+                wait_ms: 7,
+                source: Source::Redis,
+            },
+            1000,
+            "y".into(),
+        )
+        .encode(&mut out);
         Reply::Error(ProtoError::new(ErrorCode::Rule, "unknown rule 'x\n'")).encode(&mut out);
         assert_eq!(
             &out[..],
-            b"ALLOW 20 19 100 0 redis 2000\nPONG\nERR RULE unknown rule 'x\\x0a'\n"
+            b"ALLOW 20 19 100 0 redis 2000\nPONG\nDENY 60 0 5 7 redis 1000 y\nERR RULE unknown rule 'x\\x0a'\n"
         );
     }
 }

@@ -11,6 +11,34 @@ pub const MAX_COST: u64 = 1_000_000;
 /// Longest key, in bytes (docs/PROTOCOL.md).
 pub const MAX_KEY_LEN: usize = 256;
 
+/// Most triples one `CHECKALL` may carry (docs/PROTOCOL.md).
+pub const MAX_TRIPLES: usize = 8;
+
+/// One `<rule> <key> <cost>` of a `CHECKALL`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Triple<'a> {
+    /// The rule name as sent.
+    pub rule: &'a [u8],
+    /// A valid key.
+    pub key: &'a [u8],
+    /// 0..=1,000,000.
+    pub cost: u32,
+}
+
+/// The 1 to [`MAX_TRIPLES`] triples of a `CHECKALL`, in request order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Triples<'a> {
+    items: [Triple<'a>; MAX_TRIPLES],
+    len: usize,
+}
+
+impl<'a> Triples<'a> {
+    /// The triples, in request order.
+    pub fn as_slice(&self) -> &[Triple<'a>] {
+        &self.items[..self.len]
+    }
+}
+
 /// A parsed request line. Borrowed from the line; the rule is not resolved yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request<'a> {
@@ -22,6 +50,18 @@ pub enum Request<'a> {
         key: &'a [u8],
         /// Units to take, 0..=1,000,000 (default 1).
         cost: u32,
+    },
+    /// `CHECKALL <rule> <key> <cost> [...]`: 1 to 8 triples, all or nothing (boxed: the
+    /// other requests stay small).
+    CheckAll(Box<Triples<'a>>),
+    /// `REFUND <rule> <key> <units>`: give back up to `units` (0..=1,000,000).
+    Refund {
+        /// The rule name as sent.
+        rule: &'a [u8],
+        /// A valid key.
+        key: &'a [u8],
+        /// Units to give back.
+        units: u32,
     },
     /// `PING` → `PONG`.
     Ping,
@@ -49,6 +89,9 @@ pub fn parse(line: &[u8]) -> Result<Request<'_>, ProtoError> {
     let Some(verb) = fields.next() else {
         return Err(ProtoError::new(ErrorCode::Proto, "empty line"));
     };
+    if verb.eq_ignore_ascii_case(b"CHECKALL") {
+        return parse_triples(fields).map(|t| Request::CheckAll(Box::new(t)));
+    }
     let mut args: [&[u8]; 3] = [&[]; 3];
     let mut count = 0;
     for field in fields {
@@ -74,6 +117,19 @@ pub fn parse(line: &[u8]) -> Result<Request<'_>, ProtoError> {
             key,
             cost,
         })
+    } else if verb.eq_ignore_ascii_case(b"REFUND") {
+        if count != 3 {
+            return Err(ProtoError::new(
+                ErrorCode::Proto,
+                "REFUND takes <rule> <key> <units>",
+            ));
+        }
+        check_key(args[1])?;
+        Ok(Request::Refund {
+            rule: args[0],
+            key: args[1],
+            units: parse_cost(args[2])?,
+        })
     } else if verb.eq_ignore_ascii_case(b"PING") {
         no_args("PING", count, Request::Ping)
     } else if verb.eq_ignore_ascii_case(b"QUIT") {
@@ -82,11 +138,52 @@ pub fn parse(line: &[u8]) -> Result<Request<'_>, ProtoError> {
         Err(ProtoError::new(
             ErrorCode::Proto,
             format!(
-                "unknown verb '{}' (expected CHECK, PING or QUIT)",
+                "unknown verb '{}' (expected CHECK, CHECKALL, REFUND, PING or QUIT)",
                 printable(verb, 32)
             ),
         ))
     }
+}
+
+/// The fields after `CHECKALL`: 1 to [`MAX_TRIPLES`] whole triples; the field count is
+/// checked before any key or cost.
+fn parse_triples<'a>(fields: impl Iterator<Item = &'a [u8]>) -> Result<Triples<'a>, ProtoError> {
+    let mut flat: [&[u8]; 3 * MAX_TRIPLES] = [&[]; 3 * MAX_TRIPLES];
+    let mut count = 0;
+    for field in fields {
+        if count == flat.len() {
+            count += 1;
+            break;
+        }
+        flat[count] = field;
+        count += 1;
+    }
+    if count == 0 || count % 3 != 0 || count > flat.len() {
+        return Err(ProtoError::new(
+            ErrorCode::Proto,
+            format!(
+                "CHECKALL takes 1 to {MAX_TRIPLES} triples <rule> <key> <cost> (got {} fields)",
+                if count > flat.len() {
+                    format!("more than {}", flat.len())
+                } else {
+                    count.to_string()
+                }
+            ),
+        ));
+    }
+    let mut triples = Triples {
+        items: [Triple::default(); MAX_TRIPLES],
+        len: count / 3,
+    };
+    for (i, t) in flat[..count].chunks(3).enumerate() {
+        check_key(t[1])?;
+        triples.items[i] = Triple {
+            rule: t[0],
+            key: t[1],
+            cost: parse_cost(t[2])?,
+        };
+    }
+    Ok(triples)
 }
 
 fn no_args<'a>(verb: &str, count: usize, request: Request<'a>) -> Result<Request<'a>, ProtoError> {
@@ -173,6 +270,29 @@ mod tests {
                 cost: 7
             })
         );
+        let eight = "CHECKALL".to_owned() + &" r k 2".repeat(8);
+        match parse(eight.as_bytes()) {
+            Ok(Request::CheckAll(t)) => {
+                assert_eq!(t.as_slice().len(), 8);
+                assert_eq!(
+                    t.as_slice()[7],
+                    Triple {
+                        rule: b"r",
+                        key: b"k",
+                        cost: 2
+                    }
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            parse(b"refund r k 3"),
+            Ok(Request::Refund {
+                rule: b"r",
+                key: b"k",
+                units: 3
+            })
+        );
         let max = format!("CHECK a b {MAX_COST}");
         assert!(parse(max.as_bytes()).is_ok());
     }
@@ -189,6 +309,16 @@ mod tests {
         assert_eq!(code(b"CHECK a"), ErrorCode::Proto);
         assert_eq!(code(b"CHECK a b 1 2"), ErrorCode::Proto);
         assert_eq!(code(b"PING x"), ErrorCode::Proto);
+        assert_eq!(code(b"CHECKALL"), ErrorCode::Proto);
+        assert_eq!(code(b"CHECKALL a b"), ErrorCode::Proto);
+        assert_eq!(code(b"CHECKALL a b 1 c"), ErrorCode::Proto);
+        assert_eq!(code(b"CHECKALL a b x c d 1"), ErrorCode::Cost);
+        assert_eq!(code(b"CHECKALL a b\x01 1"), ErrorCode::Key);
+        let nine = "CHECKALL".to_owned() + &" r k 1".repeat(9);
+        assert_eq!(code(nine.as_bytes()), ErrorCode::Proto);
+        assert_eq!(code(b"REFUND a b"), ErrorCode::Proto);
+        assert_eq!(code(b"REFUND a b 1 2"), ErrorCode::Proto);
+        assert_eq!(code(b"REFUND a b -1"), ErrorCode::Cost);
         assert_eq!(code(b"CHECK a b\x01c"), ErrorCode::Key);
         assert_eq!(code("CHECK a bé".as_bytes()), ErrorCode::Key);
         assert_eq!(

@@ -6,7 +6,7 @@
 
 use crate::admission::Peer;
 use crate::clock::BatchClock;
-use crate::limiter::{Check, CheckError, Decided, Limiter};
+use crate::limiter::{Bound, Check, CheckAll, CheckError, Decided, Limiter};
 use crate::metrics;
 use crate::protocol::{self, ErrorCode, ProtoError, Reply, Request};
 use std::future::Future;
@@ -20,6 +20,8 @@ pub enum Answer {
     Ready(Option<Reply>),
     /// A Redis decision in flight.
     Redis(Pin<Box<dyn Future<Output = Decided> + Send>>),
+    /// A `CHECKALL` with store calls in flight.
+    All(Pin<Box<dyn Future<Output = Bound> + Send>>),
 }
 
 impl Future for Answer {
@@ -34,6 +36,7 @@ impl Future for Answer {
                 .as_mut()
                 .poll(cx)
                 .map(|d| Reply::Decision(d.decision, d.window_ms)),
+            Answer::All(fut) => fut.as_mut().poll(cx).map(bound_reply),
         }
     }
 }
@@ -69,6 +72,39 @@ pub fn handle_with(
         Ok(Request::Check { rule, key, cost }) => {
             let pending = match limiter.check(rule, key, cost, clock, peer) {
                 Check::Ready(Ok(d)) => ready(Reply::Decision(d.decision, d.window_ms)),
+                Check::Ready(Err(CheckError::Composite { .. })) => {
+                    match limiter.check_composite(rule, key, cost, clock, peer) {
+                        Some(CheckAll::Ready(Ok(b))) => ready(bound_reply(b)),
+                        Some(CheckAll::Ready(Err(r))) => ready(refusal(r.error, rule).into()),
+                        Some(CheckAll::Redis(fut)) => Answer::All(fut),
+                        // The rules were reloaded in between: ask again.
+                        None => return handle_with(limiter, line, clock, peer),
+                    }
+                }
+                Check::Ready(Err(e)) => ready(refusal(e, rule).into()),
+                Check::Redis(fut) => Answer::Redis(fut),
+            };
+            (pending, false)
+        }
+        Ok(Request::CheckAll(triples)) => {
+            let asks: Vec<(&[u8], &[u8], u32)> = triples
+                .as_slice()
+                .iter()
+                .map(|t| (t.rule, t.key, t.cost))
+                .collect();
+            let pending = match limiter.check_all(&asks, clock, peer) {
+                CheckAll::Ready(Ok(b)) => ready(bound_reply(b)),
+                CheckAll::Ready(Err(r)) => {
+                    let rule = asks.get(r.index).map_or(&b""[..], |a| a.0);
+                    ready(refusal(r.error, rule).into())
+                }
+                CheckAll::Redis(fut) => Answer::All(fut),
+            };
+            (pending, false)
+        }
+        Ok(Request::Refund { rule, key, units }) => {
+            let pending = match limiter.refund(rule, key, units, clock, peer) {
+                Check::Ready(Ok(d)) => ready(Reply::Decision(d.decision, d.window_ms)),
                 Check::Ready(Err(e)) => ready(refusal(e, rule).into()),
                 Check::Redis(fut) => Answer::Redis(fut),
             };
@@ -83,6 +119,11 @@ pub fn handle_with(
     }
 }
 
+/// The reply of a `CHECKALL`: the binding triple's fields and its rule's name.
+fn bound_reply(b: Bound) -> Reply {
+    Reply::Bound(b.decided.decision, b.decided.window_ms, b.rule)
+}
+
 /// The `ERR` reply of a `CHECK` the limiter refused (`rule` as the client sent it).
 fn refusal(e: CheckError, rule: &[u8]) -> ProtoError {
     let error = match e {
@@ -94,6 +135,8 @@ fn refusal(e: CheckError, rule: &[u8]) -> ProtoError {
         CheckError::KeyTooLong => ProtoError::new(ErrorCode::Key, e.to_string()),
         CheckError::Forbidden { .. } => ProtoError::new(ErrorCode::Perm, e.to_string()),
         CheckError::Busy { .. } => ProtoError::new(ErrorCode::Busy, e.to_string()),
+        CheckError::Leased { .. } => ProtoError::new(ErrorCode::Rule, e.to_string()),
+        CheckError::Composite { .. } => ProtoError::new(ErrorCode::Internal, e.to_string()),
     };
     metrics::error_reply(error.code);
     error

@@ -30,6 +30,7 @@ pub mod hosts;
 pub mod lateness;
 pub mod lease;
 pub mod local;
+pub mod multi;
 pub mod redis;
 pub mod scripts;
 mod slot_map;
@@ -113,6 +114,52 @@ pub trait Store: Send + Sync + 'static {
         request: Request,
         hold: H,
     ) -> impl Future<Output = Result<(Outcome, Granted), StoreError>> + Send;
+    /// The shard of `key`: keys of one shard can be decided by one script (Redis
+    /// Cluster: the key's hash slot; one Redis: every key is in shard 0).
+    fn shard(&self, key: &Self::Key) -> u16 {
+        let _ = key;
+        0
+    }
+
+    /// Decides `items` (keys of one shard on `route`, each key once, with its
+    /// parameters and cost) all or nothing: each is taken only if every one is allowed
+    /// (`multi::Taken` per item: its outcome and the instant its units were taken at),
+    /// within [`Store::timeout`]. A store that cannot (the default) answers
+    /// [`StoreError::Config`], and the caller decides without it.
+    ///
+    /// # Errors
+    /// As [`Store::decide`].
+    fn decide_together<H: Send + 'static>(
+        self: &Arc<Self>,
+        route: Self::Route,
+        items: Vec<(Self::Key, Params, u32)>,
+        hold: H,
+    ) -> impl Future<Output = Result<Vec<multi::Taken>, StoreError>> + Send {
+        drop((route, items, hold));
+        async {
+            Err(StoreError::Config(
+                "this store decides no keys together".into(),
+            ))
+        }
+    }
+
+    /// Gives units back to `items` (keys on `route`, each with its parameters, the units
+    /// and, to undo a reservation, the instant it was taken at; `None` for a `REFUND`),
+    /// never beyond the capacity or limit, never into another window than the current
+    /// one (or the reservation's); answers each key's outcome for a cost of 0 after it,
+    /// within [`Store::timeout`]. The default store answers [`StoreError::Config`].
+    ///
+    /// # Errors
+    /// As [`Store::decide`].
+    fn give_back<H: Send + 'static>(
+        self: &Arc<Self>,
+        route: Self::Route,
+        items: Vec<(Self::Key, Params, u32, Option<i64>)>,
+        hold: H,
+    ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send {
+        drop((route, items, hold));
+        async { Err(StoreError::Config("this store gives nothing back".into())) }
+    }
 }
 
 /// A Redis key built once per request (`<prefix>:{<rule>:<key>}:<suffix>`), ready to be

@@ -11,8 +11,8 @@ use fred::error::{Error, ErrorKind};
 use fred::types::scripts::Script;
 use fred::types::Value;
 
-/// Every algorithm's script, then every lease script, then the batch script, loaded
-/// together.
+/// Every algorithm's script, then every lease script, then the batch script, the
+/// all-or-nothing script and the give-back script, loaded together.
 pub struct Scripts(Vec<Script>);
 
 /// The lease script of an algorithm that takes leases (`lease = "auto"`): prelude, the
@@ -31,6 +31,8 @@ impl Scripts {
         let leases = Kind::ALL.iter().map(|k| lease_lua(*k).unwrap_or(""));
         let mut scripts: Vec<Script> = decisions.chain(leases).map(Script::from_lua).collect();
         scripts.push(Script::from_lua(batch_lua()));
+        scripts.push(Script::from_lua(super::multi::all_lua()));
+        scripts.push(Script::from_lua(super::multi::give_back_lua()));
         Scripts(scripts)
     }
 
@@ -48,6 +50,16 @@ impl Scripts {
     /// The batch script ([`batch_lua`]).
     pub fn batch(&self) -> &Script {
         &self.0[2 * Kind::ALL.len()]
+    }
+
+    /// The all-or-nothing script of several keys ([`super::multi::all_lua`]).
+    pub fn together(&self) -> &Script {
+        &self.0[2 * Kind::ALL.len() + 1]
+    }
+
+    /// The give-back script ([`super::multi::give_back_lua`]).
+    pub fn give_back(&self) -> &Script {
+        &self.0[2 * Kind::ALL.len() + 2]
     }
 
     /// Every script.

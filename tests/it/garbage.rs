@@ -107,6 +107,12 @@ fn expected(line: &[u8]) -> String {
         Ok(Request::Quit) => unreachable!("filtered out"),
         Ok(Request::Check { rule, .. }) if rule != b"api" => "ERR RULE ".into(),
         Ok(Request::Check { .. }) => "ALLOW ".into(),
+        Ok(Request::CheckAll(t)) if t.as_slice().iter().any(|t| t.rule != b"api") => {
+            "ERR RULE ".into()
+        }
+        Ok(Request::CheckAll(_)) => "ALLOW ".into(),
+        Ok(Request::Refund { rule, .. }) if rule != b"api" => "ERR RULE ".into(),
+        Ok(Request::Refund { .. }) => "ALLOW ".into(),
     }
 }
 

@@ -14,12 +14,18 @@ const {
 
 class Client {
   /**
-   * @param {{socket?: string, timeoutMs?: number, failOpen?: boolean}} [opts]
+   * @param {string | {socket?: string, timeoutMs?: number, failOpen?: boolean}} [opts]
+   * the socket's path (`new Client('/srv/app/ratelimitd.sock')`), or options.
    * timeoutMs bounds each call, connecting included; a timeout is never retried.
    * A kept connection found closed (daemon restarted) is retried once on a fresh one.
    */
-  constructor({ socket = DEFAULT_SOCKET, timeoutMs = 200, failOpen = true } = {}) {
+  constructor(opts = {}) {
+    if (typeof opts === 'string') opts = { socket: opts };
+    const { socket = DEFAULT_SOCKET, timeoutMs = 200, failOpen = true } = opts || {};
     this.path = socket;
+    // Said once per client: a daemon that cannot be reached (a wrong path) must not
+    // pass silently while every call fails open.
+    this.warned = false;
     this.timeoutMs = timeoutMs;
     this.failOpen = failOpen;
     this.conn = null;
@@ -64,7 +70,14 @@ class Client {
       sock, buf: '', out: '', used: false, closed: false, pending: [], timer: null, timerAt: 0,
     };
     sock.on('data', (chunk) => this._data(conn, chunk));
-    sock.on('error', (e) => this._lost(conn, `${e.code || e.name}: ${e.message}`));
+    sock.on('error', (e) => {
+      if (!conn.used && !this.warned) {
+        this.warned = true;
+        console.warn(`ratelimitd: cannot reach the daemon at ${this.path} (${e.code || e.name}); `
+          + `every call fails ${this.failOpen ? 'open' : 'closed'} until it can`);
+      }
+      this._lost(conn, `${e.code || e.name}: ${e.message}`);
+    });
     sock.on('close', () => this._lost(conn, 'ConnectionResetError: daemon closed the connection'));
     this.conn = conn;
     return conn;
@@ -208,4 +221,4 @@ class Batch {
   }
 }
 
-module.exports = { Client };
+module.exports = { Client, Batch };

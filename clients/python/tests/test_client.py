@@ -41,6 +41,29 @@ class SyncClientTest(unittest.TestCase):
         self.addCleanup(c.close)
         return c
 
+    def test_check_all_is_all_or_nothing_and_names_the_binding_rule(self) -> None:
+        rl = self.client()
+        for left in (4, 3, 2, 1, 0):
+            r = rl.check_all([("fast", "py:all"), ("api", "py:all", 1)])
+            self.assertEqual((r.allowed, r.remaining, r.rule), (True, left, "api"))
+        r = rl.check_all([("fast", "py:all"), ("api", "py:all")])
+        self.assertEqual((r.allowed, r.rule), (False, "api"))
+        with self.assertRaises(RequestError):
+            rl.check_all([])
+        # Without Redis (this daemon) nothing is given back: the state after it.
+        r = rl.refund("api", "py:all", 2)
+        self.assertEqual((r.allowed, r.limit, r.source), (True, 5, "local"))
+
+    def test_an_unreachable_daemon_is_warned_about_once_naming_the_path(self) -> None:
+        missing = os.path.join(tmpdir("rl-py-missing-"), "nothing.sock")
+        rl = Client(missing)
+        self.addCleanup(rl.close)
+        with self.assertLogs("ratelimitd", level="WARNING") as logs:
+            for _ in range(3):
+                self.assertEqual(rl.check("api", "k").source, "client_fail_open")
+        self.assertEqual(len(logs.records), 1, logs.output)
+        self.assertIn(missing, logs.output[0])
+
     def test_counts_down_then_denies_with_draft_headers(self) -> None:
         rl = self.client()
         for left in (4, 3, 2, 1, 0):

@@ -74,6 +74,40 @@ impl Store for RedisStore {
                 .await
         })
     }
+
+    fn shard(&self, key: &StoreKey) -> u16 {
+        if self.clustered {
+            fred::util::redis_keyslot(key.0.as_bytes())
+        } else {
+            0
+        }
+    }
+
+    fn decide_together<H: Send + 'static>(
+        self: &Arc<Self>,
+        primary: Arc<Primary>,
+        items: Vec<(StoreKey, Params, u32)>,
+        hold: H,
+    ) -> impl Future<Output = Result<Vec<crate::store::multi::Taken>, StoreError>> + Send {
+        let store = Arc::clone(self);
+        let on = Arc::clone(&primary);
+        self.held(primary, hold, async move {
+            store.together_unbounded(&on, &items).await
+        })
+    }
+
+    fn give_back<H: Send + 'static>(
+        self: &Arc<Self>,
+        primary: Arc<Primary>,
+        items: Vec<(StoreKey, Params, u32, Option<i64>)>,
+        hold: H,
+    ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send {
+        let store = Arc::clone(self);
+        let on = Arc::clone(&primary);
+        self.held(primary, hold, async move {
+            store.give_back_unbounded(&on, &items).await
+        })
+    }
 }
 
 impl RedisStore {

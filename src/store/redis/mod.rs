@@ -42,6 +42,7 @@ use tokio::sync::Notify;
 mod ask;
 mod calls;
 mod probe;
+mod together;
 
 /// Delay between reconnection attempts, ms.
 pub const RECONNECT_DELAY_MS: u32 = 100;

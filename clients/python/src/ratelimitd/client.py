@@ -7,10 +7,12 @@ result with its cause; a request the daemon rejects as malformed raises."""
 
 from __future__ import annotations
 
+import logging
+import os
 import socket
 import threading
 import time
-from typing import Iterable, List, Optional, Tuple
+from typing import Iterable, List, Optional, Tuple, Union
 
 from ._result import (
     DEFAULT_SOCKET,
@@ -19,11 +21,18 @@ from ._result import (
     ReplyError,
     RequestError,
     Result,
+    encode_key,
     fallback,
     normalize,
     parse_reply,
     request_line,
 )
+
+
+_log = logging.getLogger("ratelimitd")
+
+#: Most checks one ``check_all`` may carry.
+MAX_TRIPLES = 8
 
 
 class _Lost(Exception):
@@ -38,8 +47,12 @@ class Client:
     ``client_fail_open``; False makes it a deny with ``client_fail_closed``. A kept
     connection found closed (daemon restarted) is retried once on a fresh one."""
 
-    def __init__(self, path: str = DEFAULT_SOCKET, timeout: float = 0.2, fail_open: bool = True):
-        self.path = path
+    def __init__(self, path: Union[str, "os.PathLike[str]"] = DEFAULT_SOCKET, timeout: float = 0.2,
+                 fail_open: bool = True):
+        self.path = os.fspath(path)
+        # Said once per client: a daemon that cannot be reached (a wrong path) must not
+        # pass silently while every call fails open.
+        self._warned = False
         self.timeout = timeout
         self.fail_open = fail_open
         self._sock: Optional[socket.socket] = None
@@ -81,6 +94,37 @@ class Client:
         if bug is not None:
             raise bug
         return out
+
+    def check_all(self, checks: Iterable[Check]) -> Result:
+        """1 to 8 checks as one request (CHECKALL): allowed only if every one is, and
+        then each is taken; on a deny none is. The binding check's result, its
+        ``rule`` naming it. Raises ``RequestError`` for a malformed request."""
+        items = normalize(list(checks))
+        if not 1 <= len(items) <= MAX_TRIPLES:
+            raise RequestError("PROTO", f"check_all takes 1 to {MAX_TRIPLES} (rule, key[, cost]) checks")
+        line = "CHECKALL" + "".join(f" {r} {encode_key(k)} {int(n)}" for r, k, n in items) + "\n"
+        return self._one(line, items[0][0], binding=True)
+
+    def refund(self, rule: str, key: Key, units: int) -> Result:
+        """Gives up to ``units`` back to ``key`` under ``rule`` (never beyond its limit);
+        the key's state after it."""
+        return self._one(f"REFUND {rule} {encode_key(key)} {int(units)}\n", rule)
+
+    def _one(self, line: str, rule: str, binding: bool = False) -> Result:
+        with self._lock:
+            lines, cause = self._round_trip(line.encode("ascii"), 1)
+            if not lines:
+                return fallback(rule, self.fail_open, cause or "no reply")
+            try:
+                result = parse_reply(lines[0], rule)
+            except ReplyError as e:
+                if not lines[0].startswith("ERR"):
+                    self._close()
+                return fallback(rule, self.fail_open, str(e))
+        fields = lines[0].split()
+        if binding and len(fields) >= 8:
+            result.rule = fields[7]  # the binding rule, after window_ms
+        return result
 
     def close(self) -> None:
         """Closes the connection (the next check opens a new one)."""
@@ -141,8 +185,12 @@ class Client:
             s.settimeout(max(deadline - time.monotonic(), 0.001))
             try:
                 s.connect(self.path)
-            except OSError:
+            except OSError as e:
                 s.close()
+                if not self._warned:
+                    self._warned = True
+                    _log.warning("ratelimitd: cannot reach the daemon at %s (%s); every call fails %s until it can",
+                                 self.path, type(e).__name__, "open" if self.fail_open else "closed")
                 raise
             self._sock, self._buf, self._used = s, b"", False
         return self._sock

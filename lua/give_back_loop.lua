@@ -1,0 +1,34 @@
+-- The loop of the give-back script (lua/give_back.lua says how it is assembled).
+--
+-- KEYS[i]  item i's key
+-- ARGV     per item: its algorithm's index (0-based), the count n of its arguments
+--          (4), then its own script's parameters (two), the units to give back (µ-units
+--          for buckets), and the instant of the reservation being undone, µs ('' for a
+--          REFUND)
+-- Returns  per item four integers, flat: the CHECK fields of a cost of 0 after the
+--          give-back (allowed, remaining, reset_ms, wait_ms)
+local base = now
+local flat = {}
+local at = 1
+for i = 1, #keys do
+  local kind, n = tonumber(items[at]), tonumber(items[at + 1])
+  local args = {}
+  for j = 1, n do
+    args[j] = items[at + 1 + j]
+  end
+  at = at + 2 + n
+  now, clock, dry = base, base, false
+  KEYS[1] = keys[i]
+  local instant = nil
+  if args[4] and args[4] ~= '' then
+    instant = tonumber(args[4])
+  end
+  give_backs[kind + 1](args, instant)
+  now, clock, dry = base, base, false
+  local r = algorithms[kind + 1]({args[1], args[2], 0, '', '1'})
+  flat[#flat + 1] = r[1]
+  flat[#flat + 1] = r[2]
+  flat[#flat + 1] = r[3]
+  flat[#flat + 1] = r[4]
+end
+return flat

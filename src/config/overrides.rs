@@ -1,0 +1,181 @@
+//! Per-key overrides (tiers): `[[rule.override]]` tables give one key (`key =`) or
+//! every key starting with a prefix (`key_prefix =`) other parameters of the rule's
+//! algorithm. An exact key wins over a prefix, a longer prefix over a shorter one.
+//!
+//! An override is the rule with other parameters: same name, same key in Redis (so a
+//! tier change applies to the state the key already has, as a reload would), and the
+//! reply's `limit` is the override's.
+
+use super::rules::{RawRule, Rule};
+use super::{ConfigError, Locator};
+use serde::Deserialize;
+use std::sync::Arc;
+use toml::Spanned;
+
+/// One `[[rule.override]]` table as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOverride {
+    key: Option<Spanned<String>>,
+    key_prefix: Option<Spanned<String>>,
+    capacity: Option<Spanned<u64>>,
+    refill_rate: Option<Spanned<f64>>,
+    leak_rate: Option<Spanned<f64>>,
+    limit: Option<Spanned<u64>>,
+    window: Option<Spanned<String>>,
+}
+
+/// Which keys an override applies to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyMatch {
+    /// Exactly this key.
+    Key(String),
+    /// Every key starting with this prefix.
+    Prefix(String),
+}
+
+/// One validated override: the keys it applies to and the rule with its parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Override {
+    /// The keys.
+    pub keys: KeyMatch,
+    /// The rule as it applies to them (same name; the override's algorithm parameters).
+    pub rule: Arc<Rule>,
+}
+
+/// The override of `overrides` that applies to `key`: an exact key first, then the
+/// longest prefix; `None` when none does.
+pub fn find<'a>(overrides: &'a [Override], key: &[u8]) -> Option<&'a Override> {
+    let mut best: Option<(&Override, usize)> = None;
+    for o in overrides {
+        match &o.keys {
+            KeyMatch::Key(k) if k.as_bytes() == key => return Some(o),
+            KeyMatch::Prefix(p)
+                if key.starts_with(p.as_bytes()) && best.is_none_or(|(_, n)| p.len() > n) =>
+            {
+                best = Some((o, p.len()));
+            }
+            _ => {}
+        }
+    }
+    best.map(|(o, _)| o)
+}
+
+impl RawRule {
+    /// The validated `[[rule.override]]` tables of `rule[index]`, whose rule is `base`.
+    pub(super) fn validate_overrides(
+        &self,
+        index: usize,
+        base: &Rule,
+        at: &Locator,
+    ) -> Result<Vec<Override>, ConfigError> {
+        let mut out = Vec::with_capacity(self.overrides.len());
+        for (j, spanned) in self.overrides.iter().enumerate() {
+            let o = spanned.get_ref();
+            let field = |name: &str| format!("rule[{index}].override[{j}].{name}");
+            let keys = match (&o.key, &o.key_prefix) {
+                (Some(k), None) => KeyMatch::Key(checked(k, &field("key"), at)?),
+                (None, Some(p)) => KeyMatch::Prefix(checked(p, &field("key_prefix"), at)?),
+                _ => {
+                    return Err(at.invalid(
+                        spanned.span(),
+                        &field("key"),
+                        "an override needs exactly one of 'key' and 'key_prefix'",
+                    ))
+                }
+            };
+            let mut merged = self.clone();
+            merged.capacity = o.capacity.clone().or(merged.capacity);
+            merged.refill_rate = o.refill_rate.clone().or(merged.refill_rate);
+            merged.leak_rate = o.leak_rate.clone().or(merged.leak_rate);
+            merged.limit = o.limit.clone().or(merged.limit);
+            merged.window = o.window.clone().or(merged.window);
+            let algorithm = merged.algorithm(spanned.span(), &field, at)?;
+            let mut rule = base.clone();
+            rule.algorithm = algorithm;
+            rule.params = algorithm.params(1);
+            rule.fallback_params = algorithm.params(base.fallback_hosts);
+            rule.window_ms = algorithm.window_ms();
+            rule.overrides = Vec::new();
+            out.push(Override {
+                keys,
+                rule: Arc::new(rule),
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// A key or prefix as the protocol allows keys: 1 to 256 bytes of 0x21–0x7E.
+fn checked(s: &Spanned<String>, field: &str, at: &Locator) -> Result<String, ConfigError> {
+    let v = s.get_ref();
+    if v.is_empty() || v.len() > 256 || !v.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+        return Err(at.invalid(
+            s.span(),
+            field,
+            "must be 1 to 256 bytes of printable ASCII without spaces, as keys are",
+        ));
+    }
+    Ok(v.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn parse(overrides: &str) -> Result<Config, String> {
+        Config::parse(
+            &format!("[[rule]]\nname = \"r\"\nalgorithm = \"token_bucket\"\ncapacity = 20\nrefill_rate = 10.0\n{overrides}"),
+            "t.toml",
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn an_exact_key_wins_then_the_longest_prefix() {
+        let c = parse(
+            "[[rule.override]]\nkey_prefix = \"t:\"\ncapacity = 50\n\
+             [[rule.override]]\nkey_prefix = \"t:ent:\"\ncapacity = 200\nrefill_rate = 100.0\n\
+             [[rule.override]]\nkey = \"t:ent:acme\"\ncapacity = 1000\n",
+        )
+        .unwrap();
+        let o = &c.rules["r"].overrides;
+        let limit = |k: &str| find(o, k.as_bytes()).map(|o| o.rule.limit());
+        assert_eq!(limit("t:ent:acme"), Some(1000));
+        assert_eq!(limit("t:ent:other"), Some(200));
+        assert_eq!(limit("t:x"), Some(50));
+        assert_eq!(limit("u"), None);
+        // Parameters not given are the rule's.
+        assert_eq!(find(o, b"t:x").unwrap().rule.algorithm.per.rate(), 10.0);
+    }
+
+    #[test]
+    fn bad_overrides_name_their_field() {
+        for (body, what) in [
+            (
+                "[[rule.override]]\ncapacity = 5\n",
+                "rule[0].override[0].key",
+            ),
+            (
+                "[[rule.override]]\nkey = \"a\"\nkey_prefix = \"b\"\n",
+                "exactly one",
+            ),
+            (
+                "[[rule.override]]\nkey = \"a b\"\n",
+                "rule[0].override[0].key",
+            ),
+            (
+                "[[rule.override]]\nkey = \"a\"\nwindow = \"1s\"\n",
+                "rule[0].override[0].window",
+            ),
+            (
+                "[[rule.override]]\nkey = \"a\"\ncapacity = 0\n",
+                "rule[0].override[0].capacity",
+            ),
+        ] {
+            let e = parse(body).unwrap_err();
+            assert!(e.contains(what), "{body}: {e}");
+        }
+    }
+}

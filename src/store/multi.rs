@@ -1,0 +1,168 @@
+//! What goes to Redis for decisions on several keys at once (`CHECKALL`, composite
+//! rules) and for giving units back (`REFUND`, the undo of a reservation): the two
+//! scripts, their arguments and how their replies are read.
+//!
+//! Both scripts are assembled like the batch script ([`super::scripts::batch_lua`]):
+//! the prelude, the shared parts and each algorithm's own file as a function, then a
+//! loop of their own (`lua/all.lua`; `lua/give_back.lua` with `lua/give_back_loop.lua`).
+//! So the decisions are the algorithms' own, operation for operation.
+
+use super::scripts::args;
+use crate::algorithm::{Kind, Outcome, Params};
+use fred::error::{Error, ErrorKind};
+use fred::types::Value;
+
+/// One decision of an all-or-nothing call as Redis answered it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taken {
+    /// The key's decision (a dry run's when another key of the call was denied).
+    pub outcome: Outcome,
+    /// The instant (µs on the Redis clock) the key's state was decided at when its
+    /// units were taken, else 0: what an undo names to give back exactly those units.
+    pub at_us: i64,
+}
+
+/// The prelude, the shared parts and every algorithm as `decide_<index>(ARGV)` listed
+/// in `algorithms`, for a loop over several keys (the batch script's head).
+fn head() -> String {
+    let mut lua = String::from("local items, ARGV, keys, KEYS = ARGV, {}, KEYS, {}\n");
+    lua.push_str(include_str!("../../lua/prelude.lua"));
+    let mut parts: Vec<&str> = Vec::new();
+    for part in Kind::ALL.iter().flat_map(|k| k.spec().parts) {
+        if !parts.contains(part) {
+            parts.push(part);
+            lua.push_str(part);
+        }
+    }
+    let mut names = Vec::new();
+    for kind in Kind::ALL {
+        let name = format!("decide_{}", *kind as usize);
+        lua.push_str(&format!("local function {name}(ARGV)\n"));
+        lua.push_str(kind.spec().body);
+        lua.push_str("\nend\n");
+        names.push(name);
+    }
+    lua.push_str(&format!("local algorithms = {{{}}}\n", names.join(", ")));
+    lua
+}
+
+/// [`head`], then the give-back functions listed in `give_backs`.
+fn head_with_give_backs() -> String {
+    let mut lua = head();
+    lua.push_str(include_str!("../../lua/give_back.lua"));
+    let names: Vec<String> = Kind::ALL
+        .iter()
+        .map(|k| format!("give_back_{}", k.spec().suffix))
+        .collect();
+    lua.push_str(&format!("local give_backs = {{{}}}\n", names.join(", ")));
+    lua
+}
+
+/// The all-or-nothing script (`lua/all.lua`): keys of one slot decided together.
+pub fn all_lua() -> String {
+    let mut lua = head_with_give_backs();
+    lua.push_str(include_str!("../../lua/all.lua"));
+    lua
+}
+
+/// The give-back script (`lua/give_back.lua`, `lua/give_back_loop.lua`).
+pub fn give_back_lua() -> String {
+    let mut lua = head_with_give_backs();
+    lua.push_str(include_str!("../../lua/give_back_loop.lua"));
+    lua
+}
+
+/// The all-or-nothing script's arguments for `items` (parameters, cost), in the order
+/// of its keys.
+pub fn all_args(items: &[(Params, u32)]) -> Vec<Value> {
+    let mut out = Vec::with_capacity(items.len() * 5);
+    for (params, cost) in items {
+        out.push(Value::Integer(params.kind() as i64));
+        out.push(Value::Integer(3));
+        out.extend(args(params, *cost));
+    }
+    out
+}
+
+/// The give-back script's arguments for `items` (parameters, units, and the instant of
+/// the reservation undone, µs on the Redis clock; `None` for a `REFUND`).
+pub fn give_back_args(items: &[(Params, u32, Option<i64>)]) -> Vec<Value> {
+    let mut out = Vec::with_capacity(items.len() * 6);
+    for (params, units, at) in items {
+        out.push(Value::Integer(params.kind() as i64));
+        out.push(Value::Integer(4));
+        out.extend(args(params, *units));
+        out.push(match at {
+            Some(at) => Value::Integer(*at),
+            None => Value::from(""),
+        });
+    }
+    out
+}
+
+/// Reads the all-or-nothing script's reply for `n` keys.
+///
+/// # Errors
+/// A reply of another length (a parse error: the key's problem, not Redis's).
+pub fn taken(reply: &[i64], n: usize) -> Result<Vec<Taken>, Error> {
+    if reply.len() != 5 * n {
+        return Err(Error::new(
+            ErrorKind::Parse,
+            format!(
+                "all-or-nothing script returned {} integers for {n} keys",
+                reply.len()
+            ),
+        ));
+    }
+    reply
+        .chunks(5)
+        .map(|c| {
+            Ok(Taken {
+                outcome: super::scripts::outcome(&c[..4])?,
+                at_us: c[4],
+            })
+        })
+        .collect()
+}
+
+/// Reads the give-back script's reply for `n` keys: each key's state for a cost of 0.
+///
+/// # Errors
+/// A reply of another length.
+pub fn given_back(reply: &[i64], n: usize) -> Result<Vec<Outcome>, Error> {
+    if reply.len() != 4 * n {
+        return Err(Error::new(
+            ErrorKind::Parse,
+            format!(
+                "give-back script returned {} integers for {n} keys",
+                reply.len()
+            ),
+        ));
+    }
+    reply.chunks(4).map(super::scripts::outcome).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::token_bucket;
+
+    #[test]
+    fn every_algorithm_has_a_give_back() {
+        let lua = give_back_lua();
+        for kind in Kind::ALL {
+            let f = format!("local function give_back_{}(", kind.spec().suffix);
+            assert!(lua.contains(&f), "{f}");
+        }
+    }
+
+    #[test]
+    fn replies_of_the_wrong_length_are_errors() {
+        assert!(taken(&[1, 2, 3, 4], 1).is_err());
+        assert_eq!(taken(&[1, 2, 3, 4, 5], 1).unwrap()[0].at_us, 5);
+        assert!(given_back(&[1, 2, 3], 1).is_err());
+        let tb = Params::TokenBucket(token_bucket::Params::shared(2, 1.0, 1));
+        assert_eq!(all_args(&[(tb, 1)]).len(), 5);
+        assert_eq!(give_back_args(&[(tb, 1, None)]).len(), 6);
+    }
+}

@@ -1,0 +1,79 @@
+//! Calls on several keys of one slot: the all-or-nothing script (`CHECKALL`, composite
+//! rules) and the give-back script (`REFUND`, the undo of a reservation), one EVALSHA
+//! each, with `NOSCRIPT` reloaded as for a single decision.
+//!
+//! An `ASK` (the slot is migrating) is not followed here: the call fails as this key's
+//! error and the caller decides without Redis, as for any key error.
+
+use super::RedisStore;
+use crate::algorithm::{Outcome, Params};
+use crate::store::multi::{self, Taken};
+use crate::store::topology::Primary;
+use crate::store::StoreKey;
+use fred::error::Error;
+use fred::types::scripts::Script;
+use fred::types::{Key, Value};
+use std::sync::atomic::Ordering;
+
+impl RedisStore {
+    /// Decides `items` (keys of one slot on `primary`) all or nothing, unbounded.
+    ///
+    /// # Errors
+    /// What Redis or the connection reports, or a malformed reply.
+    pub(super) async fn together_unbounded(
+        &self,
+        primary: &Primary,
+        items: &[(StoreKey, Params, u32)],
+    ) -> Result<Vec<Taken>, Error> {
+        let keys: Vec<Key> = items.iter().map(|(k, _, _)| k.0.clone()).collect();
+        let shapes: Vec<(Params, u32)> = items.iter().map(|(_, p, c)| (*p, *c)).collect();
+        let args = multi::all_args(&shapes);
+        let script = self.scripts.together();
+        let reply = Box::pin(self.run_on_keys(primary, script, keys, args)).await?;
+        multi::taken(&reply, items.len())
+    }
+
+    /// Gives units back to `items` (keys of one slot on `primary`), unbounded.
+    ///
+    /// # Errors
+    /// What Redis or the connection reports, or a malformed reply.
+    pub(super) async fn give_back_unbounded(
+        &self,
+        primary: &Primary,
+        items: &[(StoreKey, Params, u32, Option<i64>)],
+    ) -> Result<Vec<Outcome>, Error> {
+        let keys: Vec<Key> = items.iter().map(|(k, _, _, _)| k.0.clone()).collect();
+        let shapes: Vec<(Params, u32, Option<i64>)> =
+            items.iter().map(|(_, p, u, at)| (*p, *u, *at)).collect();
+        let args = multi::give_back_args(&shapes);
+        let script = self.scripts.give_back();
+        let reply = Box::pin(self.run_on_keys(primary, script, keys, args)).await?;
+        multi::given_back(&reply, items.len())
+    }
+
+    /// EVALSHA of `script` on `keys` (one slot) with `args`; on `NOSCRIPT` the scripts
+    /// are re-loaded (one caller for all) and the call retried, at most twice.
+    async fn run_on_keys(
+        &self,
+        primary: &Primary,
+        script: &Script,
+        keys: Vec<Key>,
+        args: Vec<Value>,
+    ) -> Result<Vec<i64>, Error> {
+        let mut generation = primary.reloads.load(Ordering::Acquire);
+        let mut reloads = 0;
+        loop {
+            let reply: Result<Vec<i64>, Error> = script
+                .evalsha(&primary.client, keys.clone(), args.clone())
+                .await;
+            match reply {
+                Err(e) if reloads < 2 && e.details().starts_with("NOSCRIPT") => {
+                    self.reload_scripts(primary, generation).await?;
+                    generation = primary.reloads.load(Ordering::Acquire);
+                    reloads += 1;
+                }
+                reply => return reply,
+            }
+        }
+    }
+}
