@@ -37,8 +37,8 @@
 
 use crate::algorithm::fixed_window::window_start;
 use crate::algorithm::{
-    fixed_window, leaky_bucket, sliding_window_counter, sliding_window_log, token_bucket, Outcome,
-    Params, State, MICRO,
+    concurrency, fixed_window, leaky_bucket, sliding_window_counter, sliding_window_log,
+    token_bucket, Outcome, Params, State, MICRO,
 };
 use crate::state_map::{ticks_ceil, ticks_to_us, Stamp};
 
@@ -69,6 +69,7 @@ fn units_and_tag(params: &Params) -> (f64, u8) {
         Params::FixedWindow(p) => (3, p.limit, p.window, p.limit),
         Params::SlidingWindowLog(p) => (4, p.limit, p.window, p.limit),
         Params::SlidingWindowCounter(p) => (5, p.limit, p.window, p.limit),
+        Params::Concurrency(p) => (6, p.limit, p.max_hold, p.limit),
     };
     let h = (a.to_bits() ^ b.to_bits().rotate_left(29) ^ kind).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     (units, ((h >> 56) as u8).max(1))
@@ -154,6 +155,13 @@ pub fn restart(params: &Params, rec: Stamp, now: f64) -> State {
                 previous: 0.0,
             })
         }
+        // Slots held until the evicted state's last one could have ended.
+        Params::Concurrency(p) => State::Concurrency(concurrency::seed(
+            p,
+            1.0 - window_count(q, p.limit) / p.limit.max(1.0),
+            ahead,
+            now,
+        )),
     }
 }
 

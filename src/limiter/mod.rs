@@ -20,6 +20,7 @@
 mod lease;
 mod query;
 mod refresh;
+pub mod slots;
 #[cfg(test)]
 mod tests;
 
@@ -112,6 +113,10 @@ pub struct Limiter<S: Store = RedisStore> {
     sweeper: std::sync::OnceLock<()>,
     /// The deny cache's refreshes claimed and not sent yet: they leave together.
     refreshes: refresh::Refreshes<S>,
+    /// The concurrency slots this daemon's clients hold, and whether their renewal
+    /// runs.
+    slots: slots::Holdings<S::Key>,
+    renewer: std::sync::OnceLock<()>,
 }
 
 /// Per-key Redis errors are logged at most this often.
@@ -141,6 +146,12 @@ pub enum CheckError {
         rule: String,
         /// Its capacity/limit.
         limit: u64,
+    },
+    /// The rule is a `concurrency` rule: its slots are taken with `ACQUIRE`.
+    #[error("rule '{rule}' is a concurrency rule: take its slots with ACQUIRE and give them back with RELEASE")]
+    Concurrency {
+        /// The rule.
+        rule: String,
     },
     /// `"<rule>:<key>"` does not fit (a key longer than the protocol allows).
     #[error("key too long")]
@@ -208,6 +219,8 @@ impl<S: Store> Limiter<S> {
             ),
             sweeper: std::sync::OnceLock::new(),
             refreshes: refresh::Refreshes::new(Duration::from_millis(grace_ms)),
+            slots: slots::Holdings::new(),
+            renewer: std::sync::OnceLock::new(),
         }
     }
 
@@ -307,6 +320,11 @@ impl<S: Store> Limiter<S> {
         generation: u64,
     ) -> Check {
         let rule = &entry.rule;
+        if rule.params.kind() == crate::algorithm::Kind::Concurrency {
+            return Check::Ready(Err(CheckError::Concurrency {
+                rule: rule.name.clone(),
+            }));
+        }
         // Against the rules in force for this request: a reload that removes a uid
         // applies to connections already open.
         if !entry.detached && !peer.may(&rule.access) {

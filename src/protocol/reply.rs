@@ -13,6 +13,11 @@ pub enum Reply {
     /// [`crate::config::Algorithm::window_ms`]), sent as a seventh field so that clients
     /// can state the quota policy (`RateLimit-Policy: …;w=`) without knowing the rule.
     Decision(Decision, u64),
+    /// The reply to an `ACQUIRE` that took a slot: the decision's fields with
+    /// `reset_ms`, `wait_ms` and the window 0, then the slot's token.
+    Acquired(Decision, String),
+    /// The reply to a `RELEASE` that gave a slot back.
+    Ok,
     /// The reply to `PING`.
     Pong,
     /// The reply to `QUIT` (the connection closes after it).
@@ -47,6 +52,17 @@ impl Reply {
                 out.extend_from_slice(line.as_bytes());
                 return;
             }
+            Reply::Acquired(d, token) => {
+                out.put_slice(b"ALLOW ");
+                for n in [d.limit, d.remaining, 0, 0] {
+                    out.put_slice(itoa::Buffer::new().format(n).as_bytes());
+                    out.put_u8(b' ');
+                }
+                out.put_slice(d.source.as_str().as_bytes());
+                out.put_slice(b" 0 ");
+                out.put_slice(token.as_bytes());
+            }
+            Reply::Ok => out.put_slice(b"OK"),
             Reply::Pong => out.put_slice(b"PONG"),
             Reply::Bye => out.put_slice(b"BYE"),
             Reply::Error(e) => {
@@ -116,11 +132,24 @@ mod tests {
             2000,
         )
         .encode(&mut out);
+        Reply::Acquired(
+            Decision {
+                allowed: true,
+                limit: 20,
+                remaining: 19,
+                reset_ms: 0,
+                wait_ms: 0,
+                source: Source::Redis,
+            },
+            "1700000000000000-a.1".into(),
+        )
+        .encode(&mut out);
+        Reply::Ok.encode(&mut out);
         Reply::Pong.encode(&mut out);
         Reply::Error(ProtoError::new(ErrorCode::Rule, "unknown rule 'x\n'")).encode(&mut out);
         assert_eq!(
             &out[..],
-            b"ALLOW 20 19 100 0 redis 2000\nPONG\nERR RULE unknown rule 'x\\x0a'\n"
+            b"ALLOW 20 19 100 0 redis 2000\nALLOW 20 19 0 0 redis 0 1700000000000000-a.1\nOK\nPONG\nERR RULE unknown rule 'x\\x0a'\n"
         );
     }
 }
