@@ -13,7 +13,8 @@
 -- ARGV[7]  lease, µs: how long a slot lives unless its holder renews it ("a", "n", "h")
 -- ARGV[8…] "a": the token's holder part ("<daemon>.<n>"); "r", "n", "h": tokens
 -- Returns  a plain decision or "a": {allowed 0|1, remaining, reset_ms, wait_ms,
---          hold_end µs (0 on DENY)}; "r", "n": per token 1 if the key held it, else 0;
+--          hold_end µs (0 on DENY)}; "a" does not read the slots on ALLOW (reset_ms 0,
+--          as the reply states it); "r", "n": per token 1 if the key held it, else 0;
 --          "h": {slots added}
 --
 -- Lapsed slots (score <= now) leave before anything is counted. The key expires 1 s
@@ -29,15 +30,35 @@ local function hold_end_of(token)
   return tonumber(string.match(token, '^(%d+)-'))
 end
 
-local function live()
-  return redis.call('ZCOUNT', KEYS[1], '(' .. digits(now), '+inf')
+-- Only the commands of the documented ACL line (docs/PRODUCTION-REDIS.md): ZADD,
+-- ZRANGE, ZREM, ZREMRANGEBYSCORE, PEXPIRE.
+
+-- The hold ends of the live slots (score > now): every member is read, O(limit).
+local function live_ends()
+  local out = {}
+  local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+  for i = 1, #all, 2 do
+    if tonumber(all[i + 1]) > now then
+      out[#out + 1] = hold_end_of(all[i]) or now
+    end
+  end
+  return out
 end
 
--- ALLOW with the slots left, or DENY: wait until the oldest slot's max_hold ends,
--- reset until the last one's does (at least 1 ms each).
--- A DENY reads every slot: `limit` is at most 10,000 (src/algorithm/concurrency.rs).
--- Slots a dry run would add are not in the set: `extra` is their end (or nil).
-local function report(allowed, count, hold_end, extra)
+-- Live slots, counted up to limit + 1 (enough for every decision). After the purge
+-- below every member is live; a dry run counts from the scores.
+local function live()
+  if dry then
+    return #live_ends()
+  end
+  return #redis.call('ZRANGE', KEYS[1], 0, limit)
+end
+
+-- The answer for `count` live slots: ALLOW with the slots left (`reset` read only when
+-- `with_reset`), or DENY: wait until the oldest slot's max_hold ends, reset until the
+-- last one's does (at least 1 ms each). Slots a dry run would add are not in the set:
+-- `extra` is their end (or nil).
+local function report(allowed, count, hold_end, extra, with_reset)
   local free = math.max(limit - count, 0)
   if count == 0 then
     if allowed then
@@ -45,9 +66,11 @@ local function report(allowed, count, hold_end, extra)
     end
     return {0, free, 1, 1, 0}
   end
+  if allowed and not with_reset then
+    return {1, free, 0, 0, hold_end}
+  end
   local first, last = extra, extra
-  for _, token in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. digits(now), '+inf')) do
-    local e = hold_end_of(token) or now
+  for _, e in ipairs(live_ends()) do
     if first == nil or e < first then first = e end
     if last == nil or e > last then last = e end
   end
@@ -73,29 +96,29 @@ end
 if op == 'a' then
   local count = live()
   if count >= limit then
-    return report(false, count, 0, nil)
+    return report(false, count, 0, nil, true)
   end
   local hold_end = now + max_hold
   redis.call('ZADD', KEYS[1], digits(math.min(hold_end, now + lease)),
     digits(hold_end) .. '-' .. ARGV[8])
   keep()
-  return report(true, count + 1, hold_end, nil)
+  return report(true, count + 1, hold_end, nil, false)
 elseif op == 'r' or op == 'n' then
+  -- Lapsed slots are gone (the purge above): a member found is held.
   local out = {}
   for i = 8, #ARGV do
     local token = ARGV[i]
-    local score = redis.call('ZSCORE', KEYS[1], token)
-    if score and tonumber(score) > now then
-      if op == 'r' then
-        redis.call('ZREM', KEYS[1], token)
-      else
+    local held
+    if op == 'r' then
+      held = redis.call('ZREM', KEYS[1], token) == 1
+    else
+      held = redis.call('ZADD', KEYS[1], 'XX', 'INCR', 0, token)
+      if held then
         local e = hold_end_of(token) or now
         redis.call('ZADD', KEYS[1], 'XX', digits(math.min(e, now + lease)), token)
       end
-      out[#out + 1] = 1
-    else
-      out[#out + 1] = 0
     end
+    out[#out + 1] = held and 1 or 0
   end
   if op == 'n' then
     keep()
@@ -132,7 +155,7 @@ end
 if fits then
   count = count + cost
 end
-local r = report(fits, count, 0, extra)
+local r = report(fits, count, 0, extra, true)
 if not fits and cost > limit then
   r[4] = math.max(r[4], r[3], 1)
 end

@@ -117,7 +117,8 @@ impl State {
 
 /// Takes a slot for token `id` at `now` µs if fewer than `limit` are held, lapsing at
 /// `min(hold_end, now + lease)` µs (`lease` = `f64::INFINITY` for a slot held in this
-/// process). Returns the outcome and, when allowed, the slot's `hold_end`.
+/// process). Returns the outcome (on ALLOW `reset_ms` 0, as the reply states it: the
+/// twin does not read the slots then) and, when allowed, the slot's `hold_end`.
 pub fn acquire(st: &mut State, now: f64, p: &Params, id: u64, lease: f64) -> (Outcome, f64) {
     st.purge(now);
     if (st.slots.len() as f64) < p.limit.floor() {
@@ -127,7 +128,9 @@ pub fn acquire(st: &mut State, now: f64, p: &Params, id: u64, lease: f64) -> (Ou
             hold_end,
             lapse: hold_end.min(now + lease),
         });
-        (st.report(true, now, p), hold_end)
+        let mut o = st.report(true, now, p);
+        o.reset_ms = 0;
+        (o, hold_end)
     } else {
         (st.report(false, now, p), 0.0)
     }

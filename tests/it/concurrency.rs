@@ -279,3 +279,105 @@ fn refusals_name_the_problem() {
         .starts_with("ERR TOKEN"));
     assert!(c.request("ACQUIRE nope k").starts_with("ERR RULE "));
 }
+
+/// The primary of `cluster` holding `key` (it answers `EXISTS` with 1; the others
+/// redirect).
+fn owner(cluster: &RedisCluster, key: &str) -> Option<String> {
+    cluster
+        .primary_addrs()
+        .into_iter()
+        .find(|a| redis_text(a, &["EXISTS", key]).is_ok_and(|r| r.trim() == "1"))
+}
+
+/// A primary stopped until dropped (`SIGCONT` on every path out, a panic included).
+struct Frozen<'a>(&'a RedisCluster, String);
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        self.0.signal_node(&self.1, libc::SIGCONT);
+    }
+}
+
+#[test]
+fn a_frozen_primary_leaves_the_slots_of_the_others_in_redis() {
+    // No failover while frozen (the cluster would say CLUSTERDOWN for every key until a
+    // replica is promoted): what is tested is the daemon's per-primary view.
+    let cluster = RedisCluster::start_with_node_timeout(60_000);
+    let cfg = config(&cluster, &rule("jobs", 2, "60s"));
+    let d = Daemon::start(&cfg);
+    let mut c = ready(&d, "jobs");
+    // One key per primary: which one holds it is read from Redis.
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for i in 0..40 {
+        let key = format!("k{i}");
+        let t = token(&c.request(&format!("ACQUIRE jobs {key}"))).expect("a slot");
+        let at = owner(&cluster, &format!("rl:{{jobs:{key}}}:cc")).expect("an owner");
+        assert_eq!(c.request(&format!("RELEASE jobs {key} {t}")), "OK");
+        if !keys.iter().any(|(_, a)| *a == at) {
+            keys.push((key, at));
+        }
+    }
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    let (frozen_key, frozen_at) = keys[0].clone();
+    let (healthy_key, _) = keys[1].clone();
+    // A slot of the healthy key held across the freeze, longer than the holder lease.
+    let held = token(&c.request(&format!("ACQUIRE jobs {healthy_key}"))).unwrap();
+    cluster.signal_node(&frozen_at, libc::SIGSTOP);
+    let _frozen = Frozen(&cluster, frozen_at);
+    let frozen_at_start = Instant::now();
+    let mut rounds = 0;
+    while frozen_at_start.elapsed() < Duration::from_secs(12) {
+        rounds += 1;
+        // The healthy key: exactly one more slot, from Redis, and given back there.
+        let r = c.request(&format!("ACQUIRE jobs {healthy_key}"));
+        let t = token(&r).unwrap_or_else(|| panic!("round {rounds}: {r}"));
+        assert_eq!(parse_reply(&r).source, "redis", "{r}");
+        let full = parse_reply(&c.request(&format!("ACQUIRE jobs {healthy_key}")));
+        assert_eq!(
+            (full.verdict.as_str(), full.source.as_str()),
+            ("DENY", "redis")
+        );
+        assert_eq!(c.request(&format!("RELEASE jobs {healthy_key} {t}")), "OK");
+        // The frozen primary's key: answered (locally) all the same.
+        let f = parse_reply(&c.request(&format!("ACQUIRE jobs {frozen_key}")));
+        assert_ne!(f.source, "redis", "{f:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    println!(
+        "{rounds} rounds over 12 s with one primary frozen: the others' slots stayed in Redis"
+    );
+    // Renewed throughout (12 s > the 10 s lease): still held.
+    assert_eq!(
+        c.request(&format!("RELEASE jobs {healthy_key} {held}")),
+        "OK"
+    );
+}
+
+plain_and_tls!(every_slot_call_runs_under_the_documented_acl);
+
+/// Acquire, deny, renew (held past one renewal), release, and a closed connection's
+/// give-back, on a plain cluster and on one reached over TLS as the documented
+/// least-privilege ACL user, which must refuse the script nothing.
+fn every_slot_call_runs_under_the_documented_acl(flavor: crate::secure_redis::Flavor) {
+    let cluster = crate::secure_redis::TestCluster::start(flavor);
+    let cfg = format!(
+        "[redis]\n{}timeout_ms = 200\nprefix = \"rl\"\n{}\
+         [[rule]]\nname = \"tb\"\nalgorithm = \"token_bucket\"\ncapacity = 5\nrefill_rate = 1.0\n",
+        cluster.redis_fields(),
+        rule("jobs", 1, "60s")
+    );
+    let d = Daemon::start(&cfg);
+    let mut a = crate::secure_redis::connect_in_redis(&d, "tb");
+    let t = token(&a.request("ACQUIRE jobs k")).expect("a slot");
+    assert_eq!(parse_reply(&a.request("ACQUIRE jobs k")).source, "redis");
+    std::thread::sleep(Duration::from_millis(3500));
+    assert_eq!(a.request(&format!("RELEASE jobs k {t}")), "OK");
+    let mut b = d.connect();
+    assert!(token(&b.request("ACQUIRE jobs k")).is_some());
+    drop(b);
+    assert!(wait_until(Duration::from_secs(2), || token(
+        &a.request("ACQUIRE jobs k")
+    )
+    .is_some()));
+    cluster.assert_no_acl_denials();
+}

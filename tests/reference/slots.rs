@@ -16,8 +16,8 @@ pub struct SlotsModel {
     taken: Vec<(u64, f64, f64)>,
 }
 
-/// `[allowed, remaining, reset_ms, wait_ms]` of an `ACQUIRE` (reset as the script
-/// reports it, before the reply writes 0 on an ALLOW).
+/// `[allowed, remaining, reset_ms, wait_ms]` of an `ACQUIRE` (`reset_ms` 0 on an
+/// ALLOW, as the reply states it).
 pub type Fields = [i64; 4];
 
 impl SlotsModel {
@@ -75,7 +75,9 @@ impl SlotsModel {
         if (self.live(now).len() as f64) + 1.0 <= self.limit.floor() {
             let end = now + self.max_hold;
             self.taken.push((token, end, end.min(now + self.lease)));
-            (self.report(true, now), Some(end))
+            let mut fields = self.report(true, now);
+            fields[2] = 0;
+            (fields, Some(end))
         } else {
             (self.report(false, now), None)
         }

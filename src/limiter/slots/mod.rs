@@ -388,6 +388,8 @@ impl<S: Store> Limiter<S> {
         let mut book = self.slots.lock();
         let known = match book.held.get(token) {
             Some(h) if h.key != t.key => return Slots::Ready(not_held()),
+            // Past its max_hold: it lapsed (or is about to) in Redis.
+            Some(h) if h.until <= Instant::now() => book.remove(token, Cause::MaxHold),
             Some(_) => book.remove(token, Cause::Release),
             None => None,
         };
