@@ -3,6 +3,7 @@
 const result = require('./lib/result');
 const { Client } = require('./lib/client');
 const { middleware, clientAddress } = require('./lib/middleware');
+const slots = require('./lib/slots');
 
 module.exports = {
   Client,
@@ -17,4 +18,9 @@ module.exports = {
   responseHeaders: result.responseHeaders,
   statusFor: result.statusFor,
   DEFAULT_SOCKET: result.DEFAULT_SOCKET,
+  acquire: slots.acquire,
+  release: slots.release,
+  withSlot: slots.withSlot,
+  concurrencyMiddleware: slots.concurrencyMiddleware,
+  Slot: slots.Slot,
 };

@@ -159,6 +159,11 @@ class Client {
   _finish(batch, cause) {
     if (batch.done) return;
     batch.done = true;
+    // A slot request (lib/slots.js) reads its own reply.
+    if (batch.raw) {
+      batch.resolve({ line: batch.lines.length ? batch.lines[0] : null, cause });
+      return;
+    }
     const n = batch.rules.length;
     const out = new Array(n);
     let bug = null;
@@ -208,4 +213,4 @@ class Batch {
   }
 }
 
-module.exports = { Client };
+module.exports = { Client, Batch };
