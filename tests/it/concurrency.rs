@@ -109,7 +109,9 @@ fn twelve_clients_on_two_hosts_never_hold_more_than_the_limit() {
 fn a_closed_connection_gives_its_slots_back_to_other_hosts_within_a_second() {
     let cluster = RedisCluster::start();
     let cfg = config(&cluster, &rule("jobs", 2, "60s"));
-    let (d1, d2) = (Daemon::start(&cfg), Daemon::start(&cfg));
+    let port = free_port();
+    let d1 = Daemon::start(&format!("{cfg}[metrics]\nlisten = \"127.0.0.1:{port}\"\n"));
+    let d2 = Daemon::start(&cfg);
     let mut a = ready(&d1, "jobs");
     let mut b = ready(&d2, "jobs");
     for _ in 0..2 {
@@ -134,6 +136,22 @@ fn a_closed_connection_gives_its_slots_back_to_other_hosts_within_a_second() {
     // Exactly the two: the second is free too, a third is not.
     assert!(token(&b.request("ACQUIRE jobs k")).is_some());
     assert!(!parse_reply(&b.request("ACQUIRE jobs k")).allowed());
+    // The closing host counted them: every slot it took (the probes of `ready`, and 2)
+    // given back as its connection closed, none held now.
+    let series = |name: &str, label: &str| -> Option<f64> {
+        scrape(port)
+            .lines()
+            .find(|l| l.starts_with(name) && l.contains("rule=\"jobs\"") && l.contains(label))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    let taken = series("ratelimitd_slot_acquisitions_total", "source=\"redis\"");
+    assert!(taken.is_some_and(|n| n >= 32.0), "{taken:?}");
+    let closed = "cause=\"connection_closed\"";
+    assert!(wait_until(Duration::from_secs(3), || series(
+        "ratelimitd_slot_releases_total",
+        closed
+    ) == taken));
+    assert_eq!(series("ratelimitd_slots_held", ""), Some(0.0));
 }
 
 #[test]

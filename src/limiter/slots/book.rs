@@ -75,6 +75,8 @@ pub(in crate::limiter) struct Book<K> {
     pub local: HashMap<KeyHash, State>,
     /// Connections open that may take slots.
     open: HashSet<u64>,
+    /// The tokens each connection holds (a close finds its own without a walk).
+    by_conn: HashMap<u64, Vec<String>>,
 }
 
 /// The book behind its lock, with the daemon's part of every token it hands out.
@@ -95,6 +97,7 @@ impl<K> Holdings<K> {
                 held: HashMap::new(),
                 local: HashMap::new(),
                 open: HashSet::new(),
+                by_conn: HashMap::new(),
             }),
             daemon: daemon_part(),
             next_id: AtomicU64::new(1),
@@ -130,6 +133,10 @@ impl<K> Book<K> {
     /// Records `token`'s slot.
     pub fn insert(&mut self, token: String, held: Held<K>) {
         metrics::slots_held(&held.entry.rule.name, 1.0);
+        self.by_conn
+            .entry(held.conn)
+            .or_default()
+            .push(token.clone());
         self.held.insert(token, held);
     }
 
@@ -137,6 +144,12 @@ impl<K> Book<K> {
     /// it was held locally.
     pub fn remove(&mut self, token: &str, cause: Cause) -> Option<Held<K>> {
         let held = self.held.remove(token)?;
+        if let Some(tokens) = self.by_conn.get_mut(&held.conn) {
+            tokens.retain(|t| t != token);
+            if tokens.is_empty() {
+                self.by_conn.remove(&held.conn);
+            }
+        }
         self.forget(&held, cause);
         Some(held)
     }
@@ -164,12 +177,7 @@ impl<K> Book<K> {
     /// `connection_closed`). Returns those held in Redis, to give back there.
     pub fn close(&mut self, conn: u64) -> Vec<(String, Held<K>)> {
         self.open.remove(&conn);
-        let tokens: Vec<String> = self
-            .held
-            .iter()
-            .filter(|(_, h)| h.conn == conn)
-            .map(|(t, _)| t.clone())
-            .collect();
+        let tokens = self.by_conn.remove(&conn).unwrap_or_default();
         let mut in_redis = Vec::new();
         for token in tokens {
             if let Some(held) = self.remove(&token, Cause::ConnectionClosed) {
