@@ -79,10 +79,11 @@ def acquire(client: Client, rule: str, key: Key) -> Slot:
         _refuse(reply)
         f = reply.split()
         if len(f) >= 6 and f[0] in ("ALLOW", "DENY"):
+            nums: Optional[List[int]] = None
             try:
                 nums = [int(x) for x in f[1:5]]
             except ValueError:
-                nums = None
+                pass
             if nums is not None and (f[0] == "DENY" or len(f) >= 8):
                 return Slot(f[0] == "ALLOW", rule, k, nums[0], nums[1], nums[3], f[5],
                             f[7] if f[0] == "ALLOW" else None)
