@@ -114,3 +114,73 @@ class SlotsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class AsyncSlotsTest(unittest.TestCase):
+    """The asyncio calls and the ASGI middleware, driven without a server."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.d = Daemon()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.d.stop()
+
+    def test_hold_and_the_asgi_middleware_release_on_exception_and_cancel(self) -> None:
+        import asyncio
+
+        from ratelimitd import AsyncClient
+        from ratelimitd import slots_asgi
+
+        async def main() -> None:
+            c = AsyncClient(self.d.socket, timeout=5.0)
+            for _ in range(3):
+                with self.assertRaises(KeyError):
+                    async with slots_asgi.hold(c, "inflight", "a1") as s:
+                        self.assertTrue(s.allowed)
+                        raise KeyError("handler failed")
+
+            async def app(scope: Any, receive: Any, send: Any) -> None:
+                if scope["path"] == "/boom":
+                    raise RuntimeError("handler raised")
+                if scope["path"] == "/slow":
+                    await asyncio.sleep(10)  # cancelled: the client went away
+                await send({"type": "http.response.start", "status": 200, "headers": []})
+                await send({"type": "http.response.body", "body": b"ok"})
+
+            mw = slots_asgi.ConcurrencyMiddleware(app, c, "inflight", key=lambda s: "asgi")
+
+            async def call(path: str) -> List[Any]:
+                sent: List[Any] = []
+
+                async def send(m: Any) -> None:
+                    sent.append(m)
+
+                async def receive() -> Any:
+                    return {"type": "http.disconnect"}
+
+                await mw({"type": "http", "path": path}, receive, send)
+                return sent
+
+            for _ in range(3):
+                sent = await call("/")
+                self.assertEqual(sent[0]["status"], 200)
+                self.assertIn((b"ratelimit-policy", b'"inflight";q=2;qu="concurrent-requests"'), sent[0]["headers"])
+                with self.assertRaises(RuntimeError):
+                    await call("/boom")
+                task = asyncio.ensure_future(call("/slow"))
+                await asyncio.sleep(0.05)
+                task.cancel()
+                with self.assertRaises(asyncio.CancelledError):
+                    await task
+            await asyncio.sleep(0.05)
+            held = [await slots_asgi.acquire(c, "inflight", "asgi") for _ in range(2)]
+            self.assertTrue(all(s.allowed for s in held), "every request gave its slot back")
+            sent = await call("/")
+            self.assertEqual(sent[0]["status"], 429)
+            for s in held:
+                self.assertTrue(await slots_asgi.release(c, s))
+            await c.close()
+
+        asyncio.run(main())

@@ -62,21 +62,18 @@ def _ask(client: Client, line: str) -> Tuple[Optional[str], Optional[str]]:
     return (lines[0] if lines else None), cause
 
 
-def _refuse(reply: str) -> None:
+def refuse(reply: str) -> None:
     """Raises ``RequestError`` for a reply that says the request is wrong."""
     parts = reply.split(" ", 2)
     if parts[0] == "ERR" and len(parts) > 1 and parts[1] in REQUEST_ERRORS:
         raise RequestError(parts[1], parts[2] if len(parts) > 2 else "")
 
 
-def acquire(client: Client, rule: str, key: Key) -> Slot:
-    """``ACQUIRE rule key``: a slot, or a denial with ``wait_ms`` until the oldest slot
-    held ends its ``max_hold``. Raises ``RequestError`` for a caller bug (unknown rule,
-    a rule that is not a concurrency rule, bad key)."""
-    k = encode_key(key)
-    reply, cause = _ask(client, f"ACQUIRE {rule} {k}\n")
+def read_slot(reply: Optional[str], cause: Optional[str], rule: str, key: str, fail_open: bool) -> Slot:
+    """The ``Slot`` an ``ACQUIRE`` reply (None: no reply, ``cause`` says why) stands for.
+    Raises ``RequestError`` for a reply that says the request is wrong."""
     if reply is not None:
-        _refuse(reply)
+        refuse(reply)
         f = reply.split()
         if len(f) >= 6 and f[0] in ("ALLOW", "DENY"):
             nums: Optional[List[int]] = None
@@ -85,11 +82,20 @@ def acquire(client: Client, rule: str, key: Key) -> Slot:
             except ValueError:
                 pass
             if nums is not None and (f[0] == "DENY" or len(f) >= 8):
-                return Slot(f[0] == "ALLOW", rule, k, nums[0], nums[1], nums[3], f[5],
+                return Slot(f[0] == "ALLOW", rule, key, nums[0], nums[1], nums[3], f[5],
                             f[7] if f[0] == "ALLOW" else None)
         cause = f"unexpected reply: {reply[:80]}"
-    source = "client_fail_open" if client.fail_open else "client_fail_closed"
-    return Slot(client.fail_open, rule, k, source=source, error=cause or "no reply")
+    source = "client_fail_open" if fail_open else "client_fail_closed"
+    return Slot(fail_open, rule, key, source=source, error=cause or "no reply")
+
+
+def acquire(client: Client, rule: str, key: Key) -> Slot:
+    """``ACQUIRE rule key``: a slot, or a denial with ``wait_ms`` until the oldest slot
+    held ends its ``max_hold``. Raises ``RequestError`` for a caller bug (unknown rule,
+    a rule that is not a concurrency rule, bad key)."""
+    k = encode_key(key)
+    reply, cause = _ask(client, f"ACQUIRE {rule} {k}\n")
+    return read_slot(reply, cause, rule, k, client.fail_open)
 
 
 def release(client: Client, slot: Slot) -> bool:
@@ -102,7 +108,7 @@ def release(client: Client, slot: Slot) -> bool:
     reply, _ = _ask(client, f"RELEASE {slot.rule} {slot.key} {token}\n")
     if reply is None:
         return False
-    _refuse(reply)
+    refuse(reply)
     return reply == "OK"
 
 
