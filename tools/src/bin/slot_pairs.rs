@@ -95,7 +95,9 @@ fn main() {
     if args.len() < 3 {
         assert_eq!(token("ALLOW 20 19 0 0 redis 0 17-a.1"), Some("17-a.1"));
         assert_eq!(token("DENY 20 0 5 5 redis 0"), None);
-        println!("usage: slot_pairs SOCKET CHECK_RULE SLOT_RULE [CONNS] [SECS] (self-check passed)");
+        println!(
+            "usage: slot_pairs SOCKET CHECK_RULE SLOT_RULE [CONNS] [SECS] (self-check passed)"
+        );
         return;
     }
     let conns = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(4);
