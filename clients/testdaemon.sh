@@ -49,6 +49,13 @@ name = "fast"
 algorithm = "token_bucket"
 capacity = 1000000
 refill_rate = 1000000.0
+
+# 2 requests in flight per key (ACQUIRE / RELEASE).
+[[rule]]
+name = "inflight"
+algorithm = "concurrency"
+limit = 2
+max_hold = "60s"
 CONF
   fi
   # A session of its own: were it in the caller's process group, that group becoming

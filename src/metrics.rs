@@ -64,6 +64,16 @@ pub const LEASE_RETURNED_UNITS: &str = "ratelimitd_lease_returned_units_total";
 /// Unspent units that lapsed.
 pub const LEASE_LAPSED_UNITS: &str = "ratelimitd_lease_lapsed_units_total";
 
+/// Concurrency slots held by this daemon's clients, by rule.
+pub const SLOTS_HELD: &str = "ratelimitd_slots_held";
+/// Slots taken (`ACQUIRE` allowed), by rule × source.
+pub const SLOT_ACQUISITIONS: &str = "ratelimitd_slot_acquisitions_total";
+/// `ACQUIRE`s denied, by rule × source.
+pub const SLOT_DENIALS: &str = "ratelimitd_slot_denials_total";
+/// Slots given back, by rule × cause (`release`, `connection_closed`, `max_hold`,
+/// `holder_lost`).
+pub const SLOT_RELEASES: &str = "ratelimitd_slot_releases_total";
+
 /// Bucket bounds of [`REDIS_SECONDS`], seconds: 50 µs to 1 s (a decision waits at most
 /// `redis.timeout_ms`).
 const REDIS_BUCKETS: [f64; 14] = [
@@ -140,6 +150,19 @@ fn describe() {
     describe_counter!(LEASE_GIVE_BACKS, "Leases whose end Redis acknowledged");
     describe_counter!(LEASE_RETURNED_UNITS, "Unspent lease units given back");
     describe_counter!(LEASE_LAPSED_UNITS, "Unspent lease units that lapsed");
+    describe_gauge!(
+        SLOTS_HELD,
+        "Concurrency slots held by this daemon's clients"
+    );
+    describe_counter!(
+        SLOT_ACQUISITIONS,
+        "Concurrency slots taken, by rule and source"
+    );
+    describe_counter!(SLOT_DENIALS, "ACQUIREs denied, by rule and source");
+    describe_counter!(
+        SLOT_RELEASES,
+        "Concurrency slots given back, by rule and cause"
+    );
 }
 
 /// Decisions of one rule as the dashboard reads them: `[allowed as usize][source
@@ -364,4 +387,25 @@ pub async fn sample_sizes(read: impl Fn() -> Sizes) {
         tick.tick().await;
         sizes(&read());
     }
+}
+
+/// Adds `by` (±1) to the slots held under `rule`.
+pub fn slots_held(rule: &str, by: f64) {
+    gauge!(SLOTS_HELD, "rule" => rule.to_owned()).increment(by);
+}
+
+/// A slot of `rule` taken, decided by `source`.
+pub fn slot_acquired(rule: &str, source: Source) {
+    counter!(SLOT_ACQUISITIONS, "rule" => rule.to_owned(), "source" => source.as_str())
+        .increment(1);
+}
+
+/// An `ACQUIRE` of `rule` denied, decided by `source`.
+pub fn slot_denied(rule: &str, source: Source) {
+    counter!(SLOT_DENIALS, "rule" => rule.to_owned(), "source" => source.as_str()).increment(1);
+}
+
+/// A slot of `rule` given back for `cause`.
+pub fn slot_released(rule: &str, cause: &'static str) {
+    counter!(SLOT_RELEASES, "rule" => rule.to_owned(), "cause" => cause).increment(1);
 }

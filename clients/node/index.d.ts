@@ -89,3 +89,26 @@ export declare function encodeKey(key: string | Buffer): string;
 export declare function mostRestrictive(results: Result[]): Result;
 export declare function responseHeaders(results: Result[], opts?: HeaderOptions): Record<string, string>;
 export declare function statusFor(results: Result[]): 200 | 429;
+
+/** One ACQUIRE's answer (concurrency rules). */
+export declare class Slot {
+  allowed: boolean;
+  rule: string;
+  key: string;
+  limit: number;
+  remaining: number;
+  waitMs: number;
+  source: string;
+  /** Names the slot for release; null when denied or decided by the client. */
+  token: string | null;
+  error: string | null;
+  headers(): Record<string, string>;
+}
+
+export declare function acquire(client: Client, rule: string, key: string | Buffer): Promise<Slot>;
+export declare function release(client: Client, slot: Slot): Promise<boolean>;
+export declare function withSlot<T>(client: Client, rule: string, key: string | Buffer, fn: (slot: Slot) => Awaitable<T>): Promise<T>;
+export declare function concurrencyMiddleware<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
+  client: Client,
+  opts: { rule: string; key: (req: Req) => string | Buffer | null | undefined; denyBody?: string },
+): (req: Req, res: Res, next: NextFunction) => void;

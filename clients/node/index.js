@@ -4,6 +4,7 @@ const result = require('./lib/result');
 const { Client } = require('./lib/client');
 require('./lib/several'); // Client#checkAll, Client#refund
 const { middleware, clientAddress } = require('./lib/middleware');
+const slots = require('./lib/slots');
 
 module.exports = {
   Client,
@@ -18,4 +19,9 @@ module.exports = {
   responseHeaders: result.responseHeaders,
   statusFor: result.statusFor,
   DEFAULT_SOCKET: result.DEFAULT_SOCKET,
+  acquire: slots.acquire,
+  release: slots.release,
+  withSlot: slots.withSlot,
+  concurrencyMiddleware: slots.concurrencyMiddleware,
+  Slot: slots.Slot,
 };

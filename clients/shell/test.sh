@@ -105,6 +105,30 @@ T="rl_check_many: the most restrictive result sets RL_* and the status"
   rl_close
 ) && ok || fail "step $?"
 
+. "$here/ratelimitd-slots.sh"
+T="concurrency slots: acquire, deny, release, rl_with_slot gives back on failure"
+new_daemon; RL_TIMEOUT=5
+(
+  rl_acquire inflight sh:k || exit 1
+  a=$RL_TOKEN
+  [ -n "$a" ] && [ "$RL_LIMIT $RL_REMAINING $RL_SOURCE" = "2 1 local" ] || exit 2
+  rl_acquire inflight sh:k || exit 3
+  rl_acquire inflight sh:k; [ $? = 1 ] || exit 4
+  grep -qx 'RateLimit-Policy: "inflight";q=2;qu="concurrent-requests"' <<<"$(rl_slot_headers)" || exit 5
+  grep -q '^Retry-After: ' <<<"$(rl_slot_headers)" || exit 5
+  rl_release inflight sh:k "$a" || exit 6
+  ! rl_release inflight sh:k "$a" || exit 7
+  for _ in 1 2 3; do rl_with_slot inflight sh:w false; [ $? = 1 ] || exit 8; done
+  rl_with_slot inflight sh:w true || exit 9
+  rl_acquire inflight sh:w && rl_acquire inflight sh:w || exit 10
+  rl_with_slot inflight sh:w true; [ $? = 75 ] || exit 11
+  rl_acquire api sh:k; [ $? = 2 ] || exit 12
+  # Closing the connection gives back this shell's slots.
+  rl_close
+  rl_acquire inflight sh:w || exit 13
+  rl_close
+) && ok || fail "step $?"
+
 . "$here/conformance.sh"
 conformance_all
 

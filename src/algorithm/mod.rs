@@ -21,6 +21,7 @@
 //! line in the table of [`registry`]. The config, the store and the fallback read
 //! everything else from that table.
 
+pub mod concurrency;
 pub mod fixed_window;
 pub mod leaky_bucket;
 mod params;
@@ -162,6 +163,9 @@ pub enum Family {
         /// Largest `limit` this algorithm accepts.
         max_limit: u64,
     },
+    /// `limit` (1..=[`concurrency::MAX_SLOTS`]) slots held at once and `max_hold` (a
+    /// duration, default 60 s): `concurrency`.
+    Slots,
 }
 
 /// Declares `decide_in`, the registry's uniform entry point, for an algorithm whose

@@ -8,8 +8,8 @@
 //! from what Redis last reported for a key).
 
 use super::{
-    fixed_window, leaky_bucket, sliding_window_counter, sliding_window_log, token_bucket, Outcome,
-    Per, Shape, Spec,
+    concurrency, fixed_window, leaky_bucket, sliding_window_counter, sliding_window_log,
+    token_bucket, Outcome, Per, Shape, Spec,
 };
 
 macro_rules! algorithms {
@@ -128,6 +128,7 @@ algorithms! {
     FixedWindow => fixed_window,
     SlidingWindowLog => sliding_window_log,
     SlidingWindowCounter => sliding_window_counter,
+    Concurrency => concurrency,
 }
 
 impl Kind {

@@ -182,7 +182,8 @@ pub fn applied(current: Config, new: Config) -> Config {
 ///
 /// The 1 s margin each expiry carries is not counted on: it is there for clock steps.
 pub fn keeps_state_longer(was: &Algorithm, is: &Algorithm) -> bool {
-    if was.kind != is.kind {
+    // A concurrency key lives as long as its slots' lapse, renewed by their holders.
+    if was.kind != is.kind || is.kind == Kind::Concurrency {
         return false;
     }
     match (was.per, is.per) {

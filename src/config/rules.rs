@@ -35,6 +35,7 @@ pub(super) struct RawRule {
     pub(super) leak_rate: Option<Spanned<f64>>,
     pub(super) limit: Option<Spanned<u64>>,
     pub(super) window: Option<Spanned<String>>,
+    pub(super) max_hold: Option<Spanned<String>>,
     #[serde(default)]
     pub(super) on_redis_failure: OnRedisFailure,
     pub(super) fallback_hosts: Option<Spanned<u32>>,
@@ -245,6 +246,7 @@ impl RawRule {
         let takes: [&str; 2] = match family {
             Family::Bucket { rate } => ["capacity", rate],
             Family::Window { .. } => ["limit", "window"],
+            Family::Slots => ["limit", "max_hold"],
         };
         let algo = kind.as_str();
         let given = [
@@ -253,6 +255,7 @@ impl RawRule {
             ("leak_rate", self.leak_rate.as_ref().map(|s| s.span())),
             ("limit", self.limit.as_ref().map(|s| s.span())),
             ("window", self.window.as_ref().map(|s| s.span())),
+            ("max_hold", self.max_hold.as_ref().map(|s| s.span())),
         ];
         for (extra, span) in given {
             if let (Some(span), false) = (span, takes.contains(&extra)) {
@@ -301,7 +304,21 @@ impl RawRule {
                 limit: count(&self.limit, "limit", max_limit)?,
                 per: Per::WindowMs(self.window(&missing, field, at)?),
             },
+            Family::Slots => Algorithm {
+                kind,
+                limit: count(&self.limit, "limit", algorithm::concurrency::MAX_SLOTS)?,
+                per: Per::WindowMs(self.max_hold(field, at)?),
+            },
         })
+    }
+
+    /// A concurrency rule's `max_hold`, a whole number of ms from 1 ms to 30 days
+    /// (default 60 s).
+    fn max_hold(&self, field: &dyn Fn(&str) -> String, at: &Locator) -> Result<u64, ConfigError> {
+        let Some(w) = &self.max_hold else {
+            return Ok(algorithm::concurrency::DEFAULT_MAX_HOLD_MS);
+        };
+        duration_ms(w, &field("max_hold"), at)
     }
 
     /// A rate in units/s, 0.000001..=1e9.
@@ -337,22 +354,27 @@ impl RawRule {
                 "a duration such as \"500ms\", \"1s\", \"1m\", \"3h\", \"1d\"",
             )
         })?;
-        let bad = |why: String| at.invalid(w.span(), &field("window"), &why);
-        let d = humantime::parse_duration(w.get_ref()).map_err(|e| {
-            bad(format!(
-                "'{}' is not a duration such as \"500ms\", \"1m\" or \"1d\": {e}",
-                w.get_ref()
-            ))
-        })?;
-        let ms = d.as_millis();
-        if d.subsec_nanos() % 1_000_000 != 0 || ms < 1 || ms > u128::from(MAX_WINDOW_MS) {
-            return Err(bad(format!(
-                "must be a whole number of ms from 1ms to 30d (got '{}')",
-                w.get_ref()
-            )));
-        }
-        Ok(ms as u64)
+        duration_ms(w, &field("window"), at)
     }
+}
+
+/// A duration field (`window`, `max_hold`): a whole number of ms from 1 ms to 30 days.
+fn duration_ms(w: &Spanned<String>, field: &str, at: &Locator) -> Result<u64, ConfigError> {
+    let bad = |why: String| at.invalid(w.span(), field, &why);
+    let d = humantime::parse_duration(w.get_ref()).map_err(|e| {
+        bad(format!(
+            "'{}' is not a duration such as \"500ms\", \"1m\" or \"1d\": {e}",
+            w.get_ref()
+        ))
+    })?;
+    let ms = d.as_millis();
+    if d.subsec_nanos() % 1_000_000 != 0 || ms < 1 || ms > u128::from(MAX_WINDOW_MS) {
+        return Err(bad(format!(
+            "must be a whole number of ms from 1ms to 30d (got '{}')",
+            w.get_ref()
+        )));
+    }
+    Ok(ms as u64)
 }
 
 /// A rule's `allow_uids` / `allow_gids`: ids from 0 to 2³²−2 (2³²−1 is "no id").

@@ -328,7 +328,9 @@ mod tests {
         for kind in Kind::ALL {
             let per = match kind.spec().family {
                 crate::algorithm::Family::Bucket { .. } => Per::Rate(0.01),
-                crate::algorithm::Family::Window { .. } => Per::WindowMs(60_000),
+                crate::algorithm::Family::Window { .. } | crate::algorithm::Family::Slots => {
+                    Per::WindowMs(60_000)
+                }
             };
             let r = Rule::new(
                 "s".into(),

@@ -37,8 +37,8 @@
 
 use crate::algorithm::fixed_window::window_start;
 use crate::algorithm::{
-    fixed_window, leaky_bucket, sliding_window_counter, sliding_window_log, token_bucket, Outcome,
-    Params, State, MICRO,
+    concurrency, fixed_window, leaky_bucket, sliding_window_counter, sliding_window_log,
+    token_bucket, Outcome, Params, State, MICRO,
 };
 use crate::state_map::{ticks_ceil, ticks_to_us, Stamp};
 
@@ -60,6 +60,7 @@ fn units(params: &Params) -> f64 {
         Params::FixedWindow(p) => p.limit,
         Params::SlidingWindowLog(p) => p.limit,
         Params::SlidingWindowCounter(p) => p.limit,
+        Params::Concurrency(p) => p.limit,
     }
 }
 
@@ -143,6 +144,13 @@ pub fn restart(params: &Params, rec: Stamp, now: f64) -> State {
                 previous: 0.0,
             })
         }
+        // Slots held until the evicted state's last one could have ended.
+        Params::Concurrency(p) => State::Concurrency(concurrency::seed(
+            p,
+            1.0 - window_count(q, p.limit) / p.limit.max(1.0),
+            ahead,
+            now,
+        )),
     }
 }
 

@@ -61,7 +61,7 @@ impl<S: Store> Limiter<S> {
         self.start_sweeper();
         let spare_us = match rule.params.kind().spec().family {
             Family::Bucket { .. } => CLOCK_JUMP_US,
-            Family::Window { .. } => 0,
+            Family::Window { .. } | Family::Slots => 0,
         };
         let home = || Home {
             key: redis.key(tag, &rule.params),

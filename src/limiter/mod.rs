@@ -23,6 +23,7 @@ mod query;
 mod record;
 mod refresh;
 mod refund;
+pub mod slots;
 #[cfg(test)]
 mod tests;
 
@@ -174,6 +175,10 @@ pub struct Limiter<S: Store = RedisStore> {
     sweeper: std::sync::OnceLock<()>,
     /// The deny cache's refreshes claimed and not sent yet: they leave together.
     refreshes: refresh::Refreshes<S>,
+    /// The concurrency slots this daemon's clients hold, and whether their renewal
+    /// runs.
+    slots: slots::Holdings<S::Key>,
+    renewer: std::sync::OnceLock<()>,
 }
 
 /// Per-key Redis errors are logged at most this often.
@@ -203,6 +208,12 @@ pub enum CheckError {
         rule: String,
         /// Its capacity/limit.
         limit: u64,
+    },
+    /// The rule is a `concurrency` rule: its slots are taken with `ACQUIRE`.
+    #[error("rule '{rule}' is a concurrency rule: take its slots with ACQUIRE and give them back with RELEASE")]
+    Concurrency {
+        /// The rule.
+        rule: String,
     },
     /// `"<rule>:<key>"` does not fit (a key longer than the protocol allows).
     #[error("key too long")]
@@ -283,6 +294,8 @@ impl<S: Store> Limiter<S> {
             ),
             sweeper: std::sync::OnceLock::new(),
             refreshes: refresh::Refreshes::new(Duration::from_millis(grace_ms)),
+            slots: slots::Holdings::new(),
+            renewer: std::sync::OnceLock::new(),
         }
     }
 
@@ -401,6 +414,11 @@ impl<S: Store> Limiter<S> {
         let rule = &entry.rule;
         if !rule.all_of.is_empty() {
             return Check::Ready(Err(CheckError::Composite {
+                rule: rule.name.clone(),
+            }));
+        }
+        if rule.params.kind() == crate::algorithm::Kind::Concurrency {
+            return Check::Ready(Err(CheckError::Concurrency {
                 rule: rule.name.clone(),
             }));
         }

@@ -22,6 +22,9 @@ pub enum ErrorCode {
     Busy,
     /// A bug or an unexpected state; retry.
     Internal,
+    /// `RELEASE` of a token the key does not hold (never handed out, already given
+    /// back, or lapsed).
+    Token,
     /// The peer's credentials are not in `server.allow_uids` / `server.allow_gids`; sent
     /// once at connect, then the connection closes.
     Perm,
@@ -39,6 +42,7 @@ impl ErrorCode {
             ErrorCode::Busy => "BUSY",
             ErrorCode::Internal => "INTERNAL",
             ErrorCode::Perm => "PERM",
+            ErrorCode::Token => "TOKEN",
         }
     }
 }

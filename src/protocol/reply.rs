@@ -17,6 +17,11 @@ pub enum Reply {
     /// decision and its policy window, as [`Reply::Decision`], then the binding rule's
     /// name as one more field.
     Bound(Decision, u64, String),
+    /// The reply to an `ACQUIRE` that took a slot: the decision's fields with
+    /// `reset_ms`, `wait_ms` and the window 0, then the slot's token.
+    Acquired(Decision, String),
+    /// The reply to a `RELEASE` that gave a slot back.
+    Ok,
     /// The reply to `PING`.
     Pong,
     /// The reply to `QUIT` (the connection closes after it).
@@ -59,6 +64,17 @@ impl Reply {
                 out.put_u8(b' ');
                 out.put_slice(rule.as_bytes());
             }
+            Reply::Acquired(d, token) => {
+                out.put_slice(b"ALLOW ");
+                for n in [d.limit, d.remaining, 0, 0] {
+                    out.put_slice(itoa::Buffer::new().format(n).as_bytes());
+                    out.put_u8(b' ');
+                }
+                out.put_slice(d.source.as_str().as_bytes());
+                out.put_slice(b" 0 ");
+                out.put_slice(token.as_bytes());
+            }
+            Reply::Ok => out.put_slice(b"OK"),
             Reply::Pong => out.put_slice(b"PONG"),
             Reply::Bye => out.put_slice(b"BYE"),
             Reply::Error(e) => {
@@ -128,6 +144,19 @@ mod tests {
             2000,
         )
         .encode(&mut out);
+        Reply::Acquired(
+            Decision {
+                allowed: true,
+                limit: 20,
+                remaining: 19,
+                reset_ms: 0,
+                wait_ms: 0,
+                source: Source::Redis,
+            },
+            "1700000000000000-a.1".into(),
+        )
+        .encode(&mut out);
+        Reply::Ok.encode(&mut out);
         Reply::Pong.encode(&mut out);
         Reply::Bound(
             Decision {
@@ -145,7 +174,7 @@ mod tests {
         Reply::Error(ProtoError::new(ErrorCode::Rule, "unknown rule 'x\n'")).encode(&mut out);
         assert_eq!(
             &out[..],
-            b"ALLOW 20 19 100 0 redis 2000\nPONG\nDENY 60 0 5 7 redis 1000 y\nERR RULE unknown rule 'x\\x0a'\n"
+            b"ALLOW 20 19 100 0 redis 2000\nALLOW 20 19 0 0 redis 0 1700000000000000-a.1\nOK\nPONG\nDENY 60 0 5 7 redis 1000 y\nERR RULE unknown rule 'x\\x0a'\n"
         );
     }
 }

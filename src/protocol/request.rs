@@ -10,6 +10,9 @@ use super::error::{printable, ErrorCode, ProtoError};
 pub const MAX_COST: u64 = 1_000_000;
 /// Longest key, in bytes (docs/PROTOCOL.md).
 pub const MAX_KEY_LEN: usize = 256;
+/// Longest slot token a `RELEASE` may name, in bytes (docs/PROTOCOL.md): the daemon's
+/// tokens are at most about 60.
+pub const MAX_TOKEN_LEN: usize = 128;
 
 /// Most triples one `CHECKALL` may carry (docs/PROTOCOL.md).
 pub const MAX_TRIPLES: usize = 8;
@@ -62,6 +65,22 @@ pub enum Request<'a> {
         key: &'a [u8],
         /// Units to give back.
         units: u32,
+    },
+    /// `ACQUIRE <rule> <key>`: take one of a concurrency rule's slots.
+    Acquire {
+        /// The rule name as sent.
+        rule: &'a [u8],
+        /// As in `CHECK`.
+        key: &'a [u8],
+    },
+    /// `RELEASE <rule> <key> <token>`: give back the slot `token` names.
+    Release {
+        /// The rule name as sent.
+        rule: &'a [u8],
+        /// As in `CHECK`.
+        key: &'a [u8],
+        /// 1..=[`MAX_TOKEN_LEN`] bytes in 0x21..=0x7E.
+        token: &'a [u8],
     },
     /// `PING` → `PONG`.
     Ping,
@@ -130,6 +149,32 @@ pub fn parse(line: &[u8]) -> Result<Request<'_>, ProtoError> {
             key: args[1],
             units: parse_cost(args[2])?,
         })
+    } else if verb.eq_ignore_ascii_case(b"ACQUIRE") {
+        if count != 2 {
+            return Err(ProtoError::new(
+                ErrorCode::Proto,
+                "ACQUIRE takes <rule> <key>",
+            ));
+        }
+        check_key(args[1])?;
+        Ok(Request::Acquire {
+            rule: args[0],
+            key: args[1],
+        })
+    } else if verb.eq_ignore_ascii_case(b"RELEASE") {
+        if count != 3 {
+            return Err(ProtoError::new(
+                ErrorCode::Proto,
+                "RELEASE takes <rule> <key> <token>",
+            ));
+        }
+        check_key(args[1])?;
+        check_token(args[2])?;
+        Ok(Request::Release {
+            rule: args[0],
+            key: args[1],
+            token: args[2],
+        })
     } else if verb.eq_ignore_ascii_case(b"PING") {
         no_args("PING", count, Request::Ping)
     } else if verb.eq_ignore_ascii_case(b"QUIT") {
@@ -138,7 +183,7 @@ pub fn parse(line: &[u8]) -> Result<Request<'_>, ProtoError> {
         Err(ProtoError::new(
             ErrorCode::Proto,
             format!(
-                "unknown verb '{}' (expected CHECK, CHECKALL, REFUND, PING or QUIT)",
+                "unknown verb '{}' (expected CHECK, CHECKALL, REFUND, ACQUIRE, RELEASE, PING or QUIT)",
                 printable(verb, 32)
             ),
         ))
@@ -216,6 +261,20 @@ fn check_key(key: &[u8]) -> Result<(), ProtoError> {
     Ok(())
 }
 
+/// A `RELEASE` token: what [`check_key`] accepts, at most [`MAX_TOKEN_LEN`] bytes.
+fn check_token(token: &[u8]) -> Result<(), ProtoError> {
+    if token.len() > MAX_TOKEN_LEN || token.iter().any(|b| !(0x21..=0x7e).contains(b)) {
+        return Err(ProtoError::new(
+            ErrorCode::Token,
+            format!(
+                "token '{}' is not one this daemon hands out (1 to {MAX_TOKEN_LEN} printable bytes)",
+                printable(token, 40)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn parse_cost(field: &[u8]) -> Result<u32, ProtoError> {
     let bad = || {
         ProtoError::new(
@@ -262,6 +321,21 @@ mod tests {
         );
         assert_eq!(parse(b"ping"), Ok(Request::Ping));
         assert_eq!(parse(b"Quit"), Ok(Request::Quit));
+        assert_eq!(
+            parse(b"acquire jobs user:1"),
+            Ok(Request::Acquire {
+                rule: b"jobs",
+                key: b"user:1"
+            })
+        );
+        assert_eq!(
+            parse(b"RELEASE jobs user:1 17-a.1"),
+            Ok(Request::Release {
+                rule: b"jobs",
+                key: b"user:1",
+                token: b"17-a.1"
+            })
+        );
         assert_eq!(
             parse(b"CHECK a b 000000000007"),
             Ok(Request::Check {
@@ -319,6 +393,13 @@ mod tests {
         assert_eq!(code(b"REFUND a b"), ErrorCode::Proto);
         assert_eq!(code(b"REFUND a b 1 2"), ErrorCode::Proto);
         assert_eq!(code(b"REFUND a b -1"), ErrorCode::Cost);
+        assert_eq!(code(b"ACQUIRE a"), ErrorCode::Proto);
+        assert_eq!(code(b"ACQUIRE a b 1"), ErrorCode::Proto);
+        assert_eq!(code(b"RELEASE a b"), ErrorCode::Proto);
+        assert_eq!(
+            code(&[b"RELEASE a b ".as_slice(), &[b't'; 129]].concat()),
+            ErrorCode::Token
+        );
         assert_eq!(code(b"CHECK a b\x01c"), ErrorCode::Key);
         assert_eq!(code("CHECK a bé".as_bytes()), ErrorCode::Key);
         assert_eq!(

@@ -115,7 +115,11 @@ pub async fn serve(
     let idle = tokio::time::sleep(limits.idle_timeout.unwrap_or(Duration::ZERO));
     tokio::pin!(idle);
     let (mut rd, mut wr) = stream.split();
+    // Dropped when this function returns, however: the concurrency slots this
+    // connection still holds are given back then.
+    let holder = limiter.holder();
     let mut c = Session::new(&limiter, limits, &peer);
+    c.conn = holder.conn();
     loop {
         if c.lines_this_turn >= LINES_PER_TURN {
             c.lines_this_turn = 0;
@@ -196,6 +200,8 @@ struct Session<'a> {
     /// Bytes of `rbuf` whose lines were walked for a prefetch, and searched for one.
     prefetched: usize,
     searched: usize,
+    /// This connection's number in the book of concurrency slots.
+    conn: u64,
 }
 
 impl<'a> Session<'a> {
@@ -216,6 +222,7 @@ impl<'a> Session<'a> {
             lines_this_turn: 0,
             prefetched: 0,
             searched: 0,
+            conn: crate::limiter::slots::NO_CONNECTION,
         }
     }
 
@@ -261,7 +268,7 @@ impl<'a> Session<'a> {
                 Found::Line(line) => {
                     let line = &self.rbuf[at + line.start..at + line.end];
                     let (reply, is_quit) =
-                        dispatch::handle_with(self.limiter, line, &mut clock, self.peer);
+                        dispatch::handle_on(self.limiter, line, &mut clock, self.peer, self.conn);
                     match reply {
                         // Nothing ahead of it: a ready reply goes straight out, in order,
                         // without a task node in `pending`.

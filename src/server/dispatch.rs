@@ -6,6 +6,7 @@
 
 use crate::admission::Peer;
 use crate::clock::BatchClock;
+use crate::limiter::slots::{SlotAnswer, SlotError, Slots, NO_CONNECTION};
 use crate::limiter::{Bound, Check, CheckAll, CheckError, Decided, Limiter};
 use crate::metrics;
 use crate::protocol::{self, ErrorCode, ProtoError, Reply, Request};
@@ -22,6 +23,8 @@ pub enum Answer {
     Redis(Pin<Box<dyn Future<Output = Decided> + Send>>),
     /// A `CHECKALL` with store calls in flight.
     All(Pin<Box<dyn Future<Output = Bound> + Send>>),
+    /// An `ACQUIRE` or `RELEASE` in flight (rule name as sent, for errors).
+    Slots(Pin<Box<dyn Future<Output = SlotAnswer> + Send>>, Box<[u8]>),
 }
 
 impl Future for Answer {
@@ -37,6 +40,7 @@ impl Future for Answer {
                 .poll(cx)
                 .map(|d| Reply::Decision(d.decision, d.window_ms)),
             Answer::All(fut) => fut.as_mut().poll(cx).map(bound_reply),
+            Answer::Slots(fut, rule) => fut.as_mut().poll(cx).map(|a| slot_reply(a, rule)),
         }
     }
 }
@@ -67,8 +71,26 @@ pub fn handle_with(
     clock: &mut BatchClock,
     peer: &Peer,
 ) -> (Answer, bool) {
+    handle_on(limiter, line, clock, peer, NO_CONNECTION)
+}
+
+/// [`handle_with`] on connection `conn` ([`crate::limiter::slots::Holder::conn`]): the
+/// slots its `ACQUIRE`s take are given back when the connection closes.
+pub fn handle_on(
+    limiter: &Arc<Limiter>,
+    line: &[u8],
+    clock: &mut BatchClock,
+    peer: &Peer,
+    conn: u64,
+) -> (Answer, bool) {
     let ready = |reply: Reply| Answer::Ready(Some(reply));
     match protocol::parse(line) {
+        Ok(Request::Acquire { rule, key }) => {
+            (slots(limiter.acquire(rule, key, peer, conn), rule), false)
+        }
+        Ok(Request::Release { rule, key, token }) => {
+            (slots(limiter.release(rule, key, token, peer), rule), false)
+        }
         Ok(Request::Check { rule, key, cost }) => {
             let pending = match limiter.check(rule, key, cost, clock, peer) {
                 Check::Ready(Ok(d)) => ready(Reply::Decision(d.decision, d.window_ms)),
@@ -124,6 +146,41 @@ fn bound_reply(b: Bound) -> Reply {
     Reply::Bound(b.decided.decision, b.decided.window_ms, b.rule)
 }
 
+/// The answer of a slot request on `rule` (as the client sent it).
+fn slots(s: Slots, rule: &[u8]) -> Answer {
+    match s {
+        Slots::Ready(a) => Answer::Ready(Some(slot_reply(a, rule))),
+        Slots::Pending(fut) => Answer::Slots(fut, rule.into()),
+    }
+}
+
+/// The reply line of a slot request's answer (an `ERR` is counted here).
+fn slot_reply(a: SlotAnswer, rule: &[u8]) -> Reply {
+    let error = match a {
+        SlotAnswer::Acquired(d, token) => return Reply::Acquired(d, token),
+        SlotAnswer::Denied(d) => return Reply::Decision(d, 0),
+        SlotAnswer::Released => return Reply::Ok,
+        SlotAnswer::Refused(e) => e,
+    };
+    let code = match &error {
+        SlotError::UnknownRule => {
+            let e = ProtoError::new(
+                ErrorCode::Rule,
+                format!("unknown rule '{}'", protocol::printable(rule, 64)),
+            );
+            metrics::error_reply(e.code);
+            return e.into();
+        }
+        SlotError::NotConcurrency { .. } => ErrorCode::Rule,
+        SlotError::Forbidden { .. } => ErrorCode::Perm,
+        SlotError::KeyTooLong => ErrorCode::Key,
+        SlotError::Token { .. } => ErrorCode::Token,
+        SlotError::Busy(_) => ErrorCode::Busy,
+    };
+    metrics::error_reply(code);
+    ProtoError::new(code, error.to_string()).into()
+}
+
 /// The `ERR` reply of a `CHECK` the limiter refused (`rule` as the client sent it).
 fn refusal(e: CheckError, rule: &[u8]) -> ProtoError {
     let error = match e {
@@ -133,6 +190,7 @@ fn refusal(e: CheckError, rule: &[u8]) -> ProtoError {
         ),
         CheckError::CostAboveLimit { .. } => ProtoError::new(ErrorCode::Cost, e.to_string()),
         CheckError::KeyTooLong => ProtoError::new(ErrorCode::Key, e.to_string()),
+        CheckError::Concurrency { .. } => ProtoError::new(ErrorCode::Rule, e.to_string()),
         CheckError::Forbidden { .. } => ProtoError::new(ErrorCode::Perm, e.to_string()),
         CheckError::Busy { .. } => ProtoError::new(ErrorCode::Busy, e.to_string()),
         CheckError::Leased { .. } => ProtoError::new(ErrorCode::Rule, e.to_string()),

@@ -34,12 +34,14 @@ pub mod multi;
 pub mod redis;
 pub mod scripts;
 mod slot_map;
+pub mod slots;
 pub mod tls;
 pub mod topology;
 mod until_done;
 pub mod walk_election;
 
 pub use self::redis::RedisStore;
+pub use self::slots::{SlotOp, SlotReply};
 pub use self::until_done::UntilDone;
 
 use crate::algorithm::{Outcome, Params};
@@ -159,6 +161,27 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send {
         drop((route, items, hold));
         async { Err(StoreError::Config("this store gives nothing back".into())) }
+    }
+
+    /// Runs `op` on the slots of a concurrency rule's `key` ([`SlotOp`]), within
+    /// [`Store::timeout`]. A store that keeps no slots answers unavailable, and the
+    /// limiter holds them locally.
+    ///
+    /// # Errors
+    /// As [`Store::decide`].
+    fn slots<H: Send + 'static>(
+        self: &Arc<Self>,
+        route: Self::Route,
+        key: Self::Key,
+        params: Params,
+        op: SlotOp,
+        hold: H,
+    ) -> impl Future<Output = Result<SlotReply, StoreError>> + Send {
+        drop((route, key, params, op, hold));
+        std::future::ready(Err(StoreError::Unavailable {
+            kind: "unsupported",
+            source: Error::new(ErrorKind::Unknown, "this store keeps no slots"),
+        }))
     }
 }
 

@@ -201,7 +201,7 @@ pub fn lease_args(params: &Params, cost: u32, ask: &Request) -> Vec<Value> {
 fn unit_scale(params: &Params) -> f64 {
     match params.kind().spec().family {
         Family::Bucket { .. } => MICRO,
-        Family::Window { .. } => 1.0,
+        Family::Window { .. } | Family::Slots => 1.0,
     }
 }
 

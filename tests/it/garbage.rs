@@ -113,6 +113,8 @@ fn expected(line: &[u8]) -> String {
         Ok(Request::CheckAll(_)) => "ALLOW ".into(),
         Ok(Request::Refund { rule, .. }) if rule != b"api" => "ERR RULE ".into(),
         Ok(Request::Refund { .. }) => "ALLOW ".into(),
+        // `api` is no concurrency rule, and no other rule exists.
+        Ok(Request::Acquire { .. } | Request::Release { .. }) => "ERR RULE ".into(),
     }
 }
 

@@ -69,6 +69,14 @@ fn lua_call(params: &Params, cost: u64) -> (&'static str, Vec<String>) {
         Params::FixedWindow(w) => (fixed_window::SPEC.lua, window(w)),
         Params::SlidingWindowLog(w) => (sliding_window_log::SPEC.lua, window(w)),
         Params::SlidingWindowCounter(w) => (sliding_window_counter::SPEC.lua, window(w)),
+        Params::Concurrency(p) => (
+            algorithm::concurrency::SPEC.lua,
+            vec![
+                p.limit.to_string(),
+                format!("{:.0}", p.max_hold),
+                cost.to_string(),
+            ],
+        ),
     }
 }
 
@@ -177,6 +185,8 @@ fn model_of(params: &Params) -> Algo {
             limit: w.limit,
             window: w.window,
         },
+        // Its slots are taken and given back by name: its own traces, twin_slots.rs.
+        Params::Concurrency(_) => unreachable!("concurrency: see tests/it/twin_slots.rs"),
     }
 }
 

@@ -15,6 +15,8 @@
 //! `tests/it/twins.rs` requires the Rust twins and the Lua scripts to agree with it on
 //! every field of every decision of random traces.
 
+pub mod slots;
+
 /// Micro-units per unit (the buckets' granularity).
 pub const MICRO: f64 = 1_000_000.0;
 

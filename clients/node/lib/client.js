@@ -172,6 +172,11 @@ class Client {
   _finish(batch, cause) {
     if (batch.done) return;
     batch.done = true;
+    // A slot request (lib/slots.js) reads its own reply.
+    if (batch.raw) {
+      batch.resolve({ line: batch.lines.length ? batch.lines[0] : null, cause });
+      return;
+    }
     const n = batch.rules.length;
     const out = new Array(n);
     let bug = null;

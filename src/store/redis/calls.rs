@@ -9,7 +9,7 @@ use crate::clock::mono_us;
 use crate::lease::{Granted, Request};
 use crate::store::scripts;
 use crate::store::topology::Primary;
-use crate::store::{Store, StoreError, StoreKey, UntilDone, HELD_AT_MOST};
+use crate::store::{SlotOp, SlotReply, Store, StoreError, StoreKey, UntilDone, HELD_AT_MOST};
 use fred::error::Error;
 use fred::types::Key;
 use std::future::Future;
@@ -106,6 +106,21 @@ impl Store for RedisStore {
         let on = Arc::clone(&primary);
         self.held(primary, hold, async move {
             store.give_back_unbounded(&on, &items).await
+        })
+    }
+
+    fn slots<H: Send + 'static>(
+        self: &Arc<Self>,
+        primary: Arc<Primary>,
+        key: StoreKey,
+        params: Params,
+        op: SlotOp,
+        hold: H,
+    ) -> impl Future<Output = Result<SlotReply, StoreError>> + Send {
+        let store = Arc::clone(self);
+        let on = Arc::clone(&primary);
+        self.held(primary, hold, async move {
+            store.slots_unbounded(&on, &key, &params, &op).await
         })
     }
 }
