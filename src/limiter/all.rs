@@ -171,6 +171,11 @@ impl<S: Store> Limiter<S> {
                     rule: r.name.clone(),
                 });
             }
+            if r.params.kind() == crate::algorithm::Kind::Concurrency {
+                return refuse(CheckError::Concurrency {
+                    rule: r.name.clone(),
+                });
+            }
             if !fits(r.name.as_bytes(), key) {
                 return refuse(CheckError::KeyTooLong);
             }

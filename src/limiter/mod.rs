@@ -215,6 +215,12 @@ pub enum CheckError {
         /// The rule.
         rule: String,
     },
+    /// `REFUND` on a `concurrency` rule: its slots are given back with `RELEASE`.
+    #[error("rule '{rule}' is a concurrency rule: REFUND gives back no slots; RELEASE does")]
+    RefundOfSlots {
+        /// The rule.
+        rule: String,
+    },
     /// `"<rule>:<key>"` does not fit (a key longer than the protocol allows).
     #[error("key too long")]
     KeyTooLong,

@@ -50,6 +50,11 @@ impl<S: Store> Limiter<S> {
                 rule: r.name.clone(),
             }));
         }
+        if r.params.kind() == crate::algorithm::Kind::Concurrency {
+            return Check::Ready(Err(CheckError::RefundOfSlots {
+                rule: r.name.clone(),
+            }));
+        }
         if !fits(r.name.as_bytes(), key) {
             return Check::Ready(Err(CheckError::KeyTooLong));
         }

@@ -190,6 +190,7 @@ fn refusal(e: CheckError, rule: &[u8]) -> ProtoError {
         ),
         CheckError::CostAboveLimit { .. } => ProtoError::new(ErrorCode::Cost, e.to_string()),
         CheckError::KeyTooLong => ProtoError::new(ErrorCode::Key, e.to_string()),
+        CheckError::RefundOfSlots { .. } => ProtoError::new(ErrorCode::Cost, e.to_string()),
         CheckError::Concurrency { .. } => ProtoError::new(ErrorCode::Rule, e.to_string()),
         CheckError::Forbidden { .. } => ProtoError::new(ErrorCode::Perm, e.to_string()),
         CheckError::Busy { .. } => ProtoError::new(ErrorCode::Busy, e.to_string()),

@@ -296,6 +296,13 @@ fn refusals_name_the_problem() {
         .request(&format!("RELEASE jobs k {t}"))
         .starts_with("ERR TOKEN"));
     assert!(c.request("ACQUIRE nope k").starts_with("ERR RULE "));
+    // Slots are given back by RELEASE, not REFUND, and are never part of a CHECKALL.
+    let e = c.request("REFUND jobs k 1");
+    assert!(e.starts_with("ERR COST ") && e.contains("RELEASE"), "{e}");
+    let e = c.request("CHECKALL tb k 1 jobs k 1");
+    assert!(e.starts_with("ERR RULE ") && e.contains("ACQUIRE"), "{e}");
+    // Neither took anything from the token bucket.
+    assert!(c.request("CHECK tb k 0").starts_with("ALLOW 5 5 "));
 }
 
 /// The primary of `cluster` holding `key` (it answers `EXISTS` with 1; the others
