@@ -36,6 +36,8 @@ pub const LOCAL_KEYS: &str = "ratelimitd_local_keys";
 pub const LOCAL_EVICTIONS: &str = "ratelimitd_local_evictions_total";
 /// Open client connections.
 pub const CONNECTIONS: &str = "ratelimitd_connections";
+/// `server.max_connections`: the open connections past which a new one gets `ERR BUSY`.
+pub const CONNECTIONS_MAX: &str = "ratelimitd_connections_max";
 /// Configuration reloads, by `result` (`ok`, `rejected`).
 pub const RELOADS: &str = "ratelimitd_reloads_total";
 /// Keys in the lease book (bounded by `fallback.max_keys`).
@@ -121,6 +123,10 @@ fn describe() {
         "Evictions from the local buckets, by kind (fresh: worth nothing; used: recorded)"
     );
     describe_gauge!(CONNECTIONS, "Open client connections");
+    describe_gauge!(
+        CONNECTIONS_MAX,
+        "server.max_connections: open connections past which a new one is refused"
+    );
     describe_counter!(RELOADS, "Configuration reloads by result");
     describe_gauge!(LEASE_KEYS, "Keys in the lease book");
     describe_gauge!(LEASES_HELD, "Leases held (grants not yet ended in Redis)");
@@ -212,8 +218,10 @@ pub fn reload(accepted: bool) {
     counter!(RELOADS, "result" => if accepted { "ok" } else { "rejected" }).increment(1);
 }
 
-/// The open-connections gauge.
-pub fn connections() -> Gauge {
+/// The open-connections gauge; sets [`CONNECTIONS_MAX`] to `max` (`server.max_connections`,
+/// which needs a restart to change, so it is set once per listener).
+pub fn connections(max: usize) -> Gauge {
+    gauge!(CONNECTIONS_MAX).set(max as f64);
     gauge!(CONNECTIONS)
 }
 

@@ -49,7 +49,7 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let in_flight = InFlight::new(limits.redis_in_flight);
     let refusals = Refusals::default();
-    let open = crate::metrics::connections();
+    let open = crate::metrics::connections(limits.max_connections);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
