@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const TARGET_LABELS: [&str; 2] = ["instance", "job"];
 
 /// One selector of a query: `name{label op "value", ...}`; `exact` holds the labels
-/// matched with `=` to a literal value (no template variable).
+/// matched with `=` to a literal value (no template variable), and each value of an
+/// `=~` alternation of plain values (`"local|fail_open"`).
 #[derive(Debug, Default)]
 pub struct Selector {
     pub name: String,
@@ -123,8 +124,15 @@ pub fn parse_query(expr: &str) -> Query {
             if b.get(k) == Some(&b'{') {
                 let (ms, end) = matchers(b, k, expr);
                 for (label, op, value) in ms {
+                    let literal = |v: &str| {
+                        !v.is_empty() && v.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')
+                    };
                     if op == "=" && !value.contains('$') {
                         s.exact.push((label.clone(), value));
+                    } else if op == "=~" && value.split('|').all(literal) {
+                        // An alternation of plain values: each must exist.
+                        s.exact
+                            .extend(value.split('|').map(|v| (label.clone(), v.to_owned())));
                     }
                     s.labels.push(label);
                 }
@@ -232,17 +240,19 @@ pub fn problems(what: &str, q: &Query, s: &Scraped) -> Vec<String> {
 #[test]
 fn the_query_parser_finds_selectors_labels_and_groupings() {
     let q = parse_query(
-        "sum by (rule, source) (rate(ratelimitd_decisions_total{instance=~\"$instance\", verdict=\"deny\"}[5m]))\n/ ignoring (source) group_left () sum(up{job=\"x\"}) + ratelimitd_connections",
+        "sum by (rule, source) (rate(ratelimitd_decisions_total{instance=~\"$instance\", verdict=\"deny\", source=~\"local|fail_open\"}[5m]))\n/ ignoring (source) group_left () sum(up{job=\"x\"}) + ratelimitd_connections",
     );
     let names: Vec<_> = q.selectors.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(
         names,
         ["ratelimitd_decisions_total", "ratelimitd_connections"]
     );
-    assert_eq!(q.selectors[0].labels, ["instance", "verdict"]);
-    assert_eq!(
-        q.selectors[0].exact,
-        [("verdict".to_owned(), "deny".to_owned())]
-    );
+    assert_eq!(q.selectors[0].labels, ["instance", "verdict", "source"]);
+    let exact: Vec<_> = q.selectors[0]
+        .exact
+        .iter()
+        .map(|(l, v)| format!("{l}={v}"))
+        .collect();
+    assert_eq!(exact, ["verdict=deny", "source=local", "source=fail_open"]);
     assert_eq!(q.by, ["rule", "source"]);
 }
