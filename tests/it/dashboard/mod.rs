@@ -245,6 +245,9 @@ fn every_series_the_dashboard_and_the_alerts_query_is_exported() {
     let port = free_port();
     let config = format!(
         r#"
+[server]
+max_connections = 64
+
 [redis]
 mode = "cluster"
 nodes = {}
@@ -347,6 +350,11 @@ window = "1h"
     std::thread::sleep(Duration::from_millis(1100));
     let body = scrape(port);
     let s = scraped(&body);
+    assert_eq!(
+        value(&body, "ratelimitd_connections_max", None),
+        Some(64.0),
+        "server.max_connections, for the connections alert"
+    );
 
     let dash = load_dashboard();
     let mut all = dashboard_queries(&dash);
