@@ -14,6 +14,11 @@ kubernetes-validate and PyYAML).
    container's own start command), the daemon's config under `ratelimitd --check` and
    then as a daemon on that Redis, the probe's command against it (and failing once
    the daemon is gone). Paths under /run, /etc and /var are moved into a temp dir.
+   As root, with the pods' users: the init container's command hands the socket
+   directory to the daemon's uid, the daemon and its probes run as that uid with the
+   Secret's file readable through fsGroup, `ratelimitd ctl` works as that uid (what
+   `kubectl exec` runs as), the example application's uid gets decisions but not the
+   operator verbs, and a uid outside the daemon's group cannot reach the socket.
 
 Prints `kubernetes: N passed, M failed, K skipped` last; exit status 1 on a failure.
 """
@@ -231,6 +236,16 @@ def request(sock_path, line):
         return s.makefile().readline().strip()
 
 
+def as_pod(pod):
+    """subprocess arguments running a command as `pod`'s securityContext does (uid, gid,
+    fsGroup and supplementalGroups), when this process is root; else None."""
+    if os.geteuid() != 0:
+        return None
+    sc = pod["securityContext"]
+    groups = [g for g in [sc.get("fsGroup"), *sc.get("supplementalGroups", [])] if g is not None]
+    return {"user": sc["runAsUser"], "group": sc["runAsGroup"], "extra_groups": groups}
+
+
 def live_checks(args, m, tmp):
     for tool in ("redis-server", "redis-cli", "socat"):
         if shutil.which(tool) is None:
@@ -290,22 +305,55 @@ def live_checks(args, m, tmp):
         r = subprocess.run([args.daemon, "--config", config, "--check"], capture_output=True, text=True, check=False)
         if not check("the ConfigMap's config passes ratelimitd --check", r.returncode == 0, r.stdout + r.stderr):
             return
+        # As root: the pods' users, files and directories as Kubernetes makes them.
+        daemon_user, app_user = as_pod(m["pod"]), as_pod(m["app"])
+        if daemon_user:
+            fs_group = m["pod"]["securityContext"]["fsGroup"]
+            os.chmod(tmp, 0o755)
+            pw = relocate(m["config"]["redis"]["password_file"], tmp)
+            os.chown(pw, 0, fs_group)  # a Secret volume: group fsGroup, defaultMode 0440
+            os.chmod(relocate("/var/lib/ratelimitd", tmp), 0o777)  # an emptyDir
+            init = [relocate(a, tmp) for a in m["pod"]["initContainers"][0]["command"]]
+            r = subprocess.run(init, capture_output=True, text=True, check=False)
+            st = os.stat(relocate("/run/ratelimitd", tmp))
+            check("the init container hands the socket directory to the daemon (mode 0750)",
+                  r.returncode == 0 and (st.st_uid, st.st_gid, st.st_mode & 0o7777)
+                  == (daemon_user["user"], daemon_user["group"], 0o750), f"{r.stderr} {st}")
+        else:
+            skip("the pods' uids and groups", "not root: the daemon and the probes run as this user")
+        as_daemon = daemon_user or {}
         daemon = subprocess.Popen([args.daemon, *[relocate(a, tmp) for a in m["daemon"]["args"]]],
-                                  stdout=open(tmp + "/daemon.log", "w"), stderr=subprocess.STDOUT)
+                                  stdout=open(tmp + "/daemon.log", "w"), stderr=subprocess.STDOUT, **as_daemon)
         procs.append(daemon)
         sock = relocate(m["config"]["server"]["socket"], tmp)
         probe = [relocate(a, tmp) for a in probe_command(m["daemon"], "readinessProbe")]
-        up = wait_for(lambda: subprocess.run(probe, capture_output=True, check=False).returncode == 0, 15)
+        up = wait_for(lambda: subprocess.run(probe, capture_output=True, check=False, **as_daemon).returncode == 0, 15)
         if not check("the daemon starts from the ConfigMap; its PING probe passes", up,
                      open(tmp + "/daemon.log", encoding="utf-8").read()[-2000:]):
             return
         reply = request(sock, "CHECK rides_request rider:42 1").split()
         check("a CHECK through the shared socket is decided in Redis",
               reply[:1] == ["ALLOW"] and reply[5:6] == ["redis"], " ".join(reply))
+        if daemon_user:
+            ctl = [args.daemon, "ctl", "--config", config, "--json", "rules"]
+            r = subprocess.run(ctl, capture_output=True, text=True, check=False, **daemon_user)
+            check("ratelimitd ctl works as the daemon's uid (kubectl exec): server.admin_uids",
+                  r.returncode == 0 and "rides_request" in r.stdout, r.stdout + r.stderr)
+            ask = ["sh", "-c", f"printf 'CHECK rides_request rider:7 1\\n' | socat -t 1 - UNIX-CONNECT:{sock}"]
+            r = subprocess.run(ask, capture_output=True, text=True, check=False, **app_user)
+            check("the example app's uid, in the daemon's group, gets decisions",
+                  r.stdout.startswith("ALLOW "), r.stdout + r.stderr)
+            r = subprocess.run(ctl, capture_output=True, text=True, check=False, **app_user)
+            check("the example app's uid may not use the operator verbs",
+                  r.returncode != 0 and "ERR PERM" in r.stderr, r.stdout + r.stderr)
+            outsider = dict(app_user, extra_groups=[])
+            r = subprocess.run(ask, capture_output=True, text=True, check=False, **outsider)
+            check("a uid outside the daemon's group cannot reach the socket",
+                  not r.stdout.startswith("ALLOW") and "Permission denied" in r.stderr, r.stdout + r.stderr)
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=10)
         live = [relocate(a, tmp) for a in probe_command(m["daemon"], "livenessProbe")]
-        r = subprocess.run(live, capture_output=True, check=False)
+        r = subprocess.run(live, capture_output=True, check=False, **as_daemon)
         check("the liveness probe fails once the daemon is gone", r.returncode != 0, "it passed")
     finally:
         for p in procs:
