@@ -100,6 +100,7 @@ fn caches(c: &mut Criterion) {
                 100,
                 &params,
                 1,
+                1,
                 wall_clock_us(),
             )
         })
@@ -116,6 +117,7 @@ fn caches(c: &mut Criterion) {
                 keys.of(b"api", key.as_bytes()),
                 100,
                 &params,
+                1,
                 1,
                 wall_clock_us(),
             )

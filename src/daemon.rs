@@ -78,7 +78,7 @@ async fn serve(
     let signals = Signals::install().map_err(StartError::Signals)?;
     // Socket activation (systemd/ratelimitd.socket): serve the socket systemd passed.
     let activated = systemd::activated_listener()?;
-    start_metrics(&config)?;
+    let http = start_metrics(&config)?;
     warn_about_small_shares(&config);
     raise_nofile(&config);
     systemd::notify_status("starting: connecting to Redis");
@@ -87,10 +87,25 @@ async fn serve(
     let limiter = Arc::new(Limiter::new(&config, redis));
     let envoy_auto = envoy_limits.as_ref().is_some_and(|l| l.any_fallback_auto());
     let heartbeat = start_heartbeat(&config, envoy_auto, store.as_ref(), &circuit, &limiter).await;
-    let sampler = config.metrics.listen.map(|_| {
+    let sampler = config.http.listen.map(|_| {
         let limiter = Arc::clone(&limiter);
         tokio::spawn(metrics::sample_sizes(move || limiter.sizes()))
     });
+    if let Some((listener, handle)) = http {
+        let lab = config.http.lab.then(|| crate::http::lab::Lab::new(&config));
+        let state = crate::http::State::new(
+            &config.http,
+            handle,
+            Arc::clone(&limiter),
+            store.clone(),
+            lab,
+        );
+        tokio::spawn(crate::http::serve(
+            listener,
+            Arc::new(state),
+            config.http.max_connections,
+        ));
+    }
     let (listener, socket) = Socket::open(&config, activated)?;
     let status = Arc::new(systemd::Status::new(
         config.redis.mode,
@@ -144,16 +159,26 @@ async fn serve(
     Ok(())
 }
 
-/// Installs the metrics recorder and endpoint when `[metrics] listen` is set.
-fn start_metrics(config: &Config) -> Result<(), StartError> {
-    if let Some(listen) = config.metrics.listen {
-        metrics::install(listen, config.metrics.max_connections)?;
-        if !listen.ip().is_loopback() {
-            tracing::warn!(%listen, "metrics.listen is not a loopback address; the endpoint has no authentication");
-        }
-        tracing::info!(%listen, "serving Prometheus metrics");
+/// When `[http] listen` is set: binds the HTTP endpoint and installs the metrics
+/// recorder (before any rule registers its counters); the endpoint is served once the
+/// limiter exists.
+fn start_metrics(
+    config: &Config,
+) -> Result<Option<(tokio::net::TcpListener, metrics::PrometheusHandle)>, StartError> {
+    let Some(listen) = config.http.listen else {
+        return Ok(None);
+    };
+    let listener = crate::http::bind(listen)
+        .map_err(|e| metrics::InstallError::new(format!("http.listen = {listen}: {e}")))?;
+    let handle = metrics::install()?;
+    if !listen.ip().is_loopback() {
+        tracing::warn!(%listen, "http.listen is not a loopback address; the endpoint (metrics, dashboard{}) has no authentication", if config.http.lab { ", lab" } else { "" });
     }
-    Ok(())
+    if config.metrics.listen.is_some() {
+        tracing::info!("[metrics] listen is the older name of [http] listen; both work");
+    }
+    tracing::info!(%listen, lab = config.http.lab, "serving Prometheus metrics at /metrics and the dashboard at /");
+    Ok(Some((listener, handle)))
 }
 
 /// Runs `serving` until it ends or `shutdown` is cancelled; then gives the open
@@ -252,9 +277,9 @@ impl Socket {
 /// would not fit in it.
 fn raise_nofile(config: &Config) {
     let metrics = config
-        .metrics
+        .http
         .listen
-        .map_or(0, |_| config.metrics.max_connections);
+        .map_or(0, |_| config.http.max_connections);
     let needed = crate::rlimit::needed(config.server.max_connections, metrics);
     match crate::rlimit::raise_nofile() {
         Ok(n) if n.now < needed => tracing::warn!(

@@ -17,13 +17,15 @@
 //! * [`limiter`]: the decision flow: deny cache → lease → store → local, asking the store
 //!   through one interface ([`store::Store`]);
 //! * [`lease`]: token leases of hot keys (`lease = "auto"`), their per-key state;
+//! * [`hot_keys`]: each rule's hottest keys over the last minute (`TOP`), bounded;
 //! * [`cache`]: the deny cache; [`fallback`]: local buckets, fail-open, fail-closed;
 //!   [`saved_hosts`]: the count of daemons alive, kept across restarts;
 //! * [`store`]: the store interface and its Redis implementation (client, scripts,
 //!   routing, health, batching);
 //! * [`server`]: the socket, connections, dispatch of a line to the limiter;
 //! * [`envoy`]: the Envoy Rate Limit Service (gRPC) front end and its YAML limits;
-//! * [`metrics`]: Prometheus metrics (opt-in), served by [`metrics_http`];
+//! * [`metrics`]: Prometheus metrics (opt-in); [`http`]: the HTTP endpoint serving
+//!   them, the live dashboard and the rule lab;
 //! * [`daemon`]: start-up, shutdown; [`signals`]: SIGTERM, SIGHUP and the reload; [`rlimit`]: the descriptor budget; [`systemd`]: notify, watchdog,
 //!   socket activation.
 
@@ -40,12 +42,13 @@ pub mod daemon;
 pub mod decision;
 pub mod envoy;
 pub mod fallback;
+pub mod hot_keys;
+pub mod http;
 pub mod key;
 pub mod lease;
 pub mod limiter;
 pub mod log_every;
 pub mod metrics;
-pub mod metrics_http;
 pub mod protocol;
 pub mod rlimit;
 pub mod saved_hosts;

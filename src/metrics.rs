@@ -1,17 +1,24 @@
-//! Prometheus metrics, served on an opt-in HTTP listener (`[metrics] listen`, see
-//! [`crate::metrics_http`]), through the `metrics` facade and `metrics-exporter-prometheus`.
+//! Prometheus metrics, served on an opt-in HTTP listener (`[http] listen`, see
+//! `crate::http`), through the `metrics` facade and `metrics-exporter-prometheus`.
 //!
 //! Without `[metrics]` no recorder is installed and every handle is a no-op. With it,
 //! the per-decision series are registered once (per rule at load and reload) and updated
 //! through their handles: an atomic add per decision, no label building or registry
 //! lookup. Rarer events (error replies, Redis errors, transitions) look their series up
 //! by label when they happen. `docs/METRICS.md` documents each series.
+//!
+//! The live dashboard reads a few of the same figures from this process without parsing
+//! the Prometheus text: [`snapshot`] (decisions per rule × verdict × source, open
+//! connections, reloads), kept in plain atomics beside the handles (one relaxed add
+//! more per decision).
 
 use crate::decision::{Decision, Source};
 use crate::protocol::ErrorCode;
 use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
 use metrics_exporter_prometheus::PrometheusBuilder;
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 /// Decisions, by rule × verdict × source.
@@ -70,18 +77,25 @@ const REDIS_BUCKETS: [f64; 14] = [
 #[error("{0}")]
 pub struct InstallError(String);
 
+impl InstallError {
+    /// An error saying `what`.
+    pub fn new(what: String) -> Self {
+        InstallError(what)
+    }
+}
+
+pub use metrics_exporter_prometheus::PrometheusHandle;
+
 /// How often histograms are compacted (the exporter's upkeep).
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Installs the Prometheus recorder and its HTTP listener on `listen` (every path
-/// answers with the metrics), serving at most `max_connections` scrapers at once. Must
-/// run inside the tokio runtime, before rules are registered ([`DecisionCounters::new`]).
+/// Installs the Prometheus recorder and starts its upkeep; the HTTP endpoint
+/// (`crate::http`) serves what the returned handle renders. Must run inside the tokio
+/// runtime, before rules are registered ([`DecisionCounters::new`]).
 ///
 /// # Errors
-/// The address cannot be bound, or a recorder is already installed.
-pub fn install(listen: SocketAddr, max_connections: usize) -> Result<(), InstallError> {
-    let listener = crate::metrics_http::bind(listen)
-        .map_err(|e| InstallError(format!("metrics.listen = {listen}: {e}")))?;
+/// A recorder is already installed, or the histogram buckets are refused.
+pub fn install() -> Result<PrometheusHandle, InstallError> {
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(
             metrics_exporter_prometheus::Matcher::Full(REDIS_SECONDS.into()),
@@ -89,7 +103,7 @@ pub fn install(listen: SocketAddr, max_connections: usize) -> Result<(), Install
         )
         .map_err(|e| InstallError(e.to_string()))?
         .install_recorder()
-        .map_err(|e| InstallError(format!("metrics.listen = {listen}: {e}")))?;
+        .map_err(|e| InstallError(format!("metrics recorder: {e}")))?;
     let upkeep = handle.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(UPKEEP_INTERVAL);
@@ -98,14 +112,9 @@ pub fn install(listen: SocketAddr, max_connections: usize) -> Result<(), Install
             upkeep.run_upkeep();
         }
     });
-    tokio::spawn(crate::metrics_http::serve(
-        listener,
-        handle,
-        max_connections,
-    ));
     describe();
     gauge!(CIRCUIT_OPEN).set(0.0);
-    Ok(())
+    Ok(handle)
 }
 
 fn describe() {
@@ -139,28 +148,113 @@ fn describe() {
     describe_counter!(LEASE_LAPSED_UNITS, "Unspent lease units that lapsed");
 }
 
+/// Decisions of one rule as the dashboard reads them: `[allowed as usize][source
+/// index]` ([`Source::ALL`]).
+pub type Tally = [[u64; Source::ALL.len()]; 2];
+
+/// One rule's decisions in atomics, shared by every [`DecisionCounters`] of that name
+/// alive (a reload's new counters continue the old ones' figures).
+#[derive(Default)]
+struct RuleTally([[AtomicU64; Source::ALL.len()]; 2]);
+
+/// The tallies by rule name; an entry dies with the last counters of its rule.
+static TALLIES: Mutex<Option<HashMap<String, Weak<RuleTally>>>> = Mutex::new(None);
+
 /// The decision counters of one rule: one handle per verdict × source.
 pub struct DecisionCounters {
     /// `[allowed as usize][source index]`.
     by: [[Counter; Source::ALL.len()]; 2],
+    /// The dashboard's figures (`None`: not listed, see [`DecisionCounters::unlisted`]).
+    tally: Option<Arc<RuleTally>>,
 }
 
 impl DecisionCounters {
-    /// Registers the counters of rule `rule` (no-ops when metrics are off).
+    /// Registers the counters of rule `rule` (no-ops when metrics are off; the
+    /// dashboard's [`snapshot`] counts either way).
     pub fn new(rule: &str) -> Self {
         let row = |verdict: &'static str| {
             Source::ALL.map(|s| {
                 counter!(DECISIONS, "rule" => rule.to_owned(), "verdict" => verdict, "source" => s.as_str())
             })
         };
+        let mut tallies = TALLIES.lock().unwrap_or_else(|e| e.into_inner());
+        let tallies = tallies.get_or_insert_with(HashMap::new);
+        let tally = match tallies.get(rule).and_then(Weak::upgrade) {
+            Some(t) => t,
+            None => {
+                let t = Arc::new(RuleTally::default());
+                tallies.insert(rule.to_owned(), Arc::downgrade(&t));
+                t
+            }
+        };
         DecisionCounters {
             by: [row("deny"), row("allow")],
+            tally: Some(tally),
+        }
+    }
+
+    /// Counters that count nowhere: the rule lab's ad-hoc rules, kept out of the
+    /// metrics and the dashboard.
+    pub fn unlisted() -> Self {
+        let row = || Source::ALL.map(|_| Counter::noop());
+        DecisionCounters {
+            by: [row(), row()],
+            tally: None,
         }
     }
 
     /// Counts one decision.
     pub fn record(&self, d: &Decision) {
-        self.by[usize::from(d.allowed)][d.source.index()].increment(1);
+        let (verdict, source) = (usize::from(d.allowed), d.source.index());
+        self.by[verdict][source].increment(1);
+        if let Some(t) = &self.tally {
+            t.0[verdict][source].fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// Open client connections, for [`snapshot`].
+static OPEN_CONNECTIONS: AtomicI64 = AtomicI64::new(0);
+/// Reloads accepted and rejected, for [`snapshot`].
+static RELOADS_DONE: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// What the dashboard reads of this process's counters, at one instant.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Decisions so far by rule name (every rule with counters alive), sorted by name.
+    pub rules: Vec<(String, Tally)>,
+    /// Open client connections.
+    pub connections: i64,
+    /// Reloads accepted.
+    pub reloads_ok: u64,
+    /// Reloads rejected (the old configuration stayed).
+    pub reloads_rejected: u64,
+}
+
+/// The counters as they are now (a lock on the rule table, relaxed loads).
+pub fn snapshot() -> Snapshot {
+    let mut rules: Vec<(String, Tally)> = {
+        let mut tallies = TALLIES.lock().unwrap_or_else(|e| e.into_inner());
+        let tallies = tallies.get_or_insert_with(HashMap::new);
+        tallies.retain(|_, t| t.strong_count() > 0);
+        tallies
+            .iter()
+            .filter_map(|(name, t)| {
+                let t = t.upgrade()?;
+                Some((
+                    name.clone(),
+                    t.0.each_ref()
+                        .map(|r| r.each_ref().map(|c| c.load(Relaxed))),
+                ))
+            })
+            .collect()
+    };
+    rules.sort_by(|a, b| a.0.cmp(&b.0));
+    Snapshot {
+        rules,
+        connections: OPEN_CONNECTIONS.load(Relaxed),
+        reloads_ok: RELOADS_DONE[0].load(Relaxed),
+        reloads_rejected: RELOADS_DONE[1].load(Relaxed),
     }
 }
 
@@ -215,14 +309,37 @@ pub fn circuit(open: bool) {
 
 /// Counts a configuration reload.
 pub fn reload(accepted: bool) {
+    RELOADS_DONE[usize::from(!accepted)].fetch_add(1, Relaxed);
     counter!(RELOADS, "result" => if accepted { "ok" } else { "rejected" }).increment(1);
 }
 
-/// The open-connections gauge; sets [`CONNECTIONS_MAX`] to `max` (`server.max_connections`,
-/// which needs a restart to change, so it is set once per listener).
-pub fn connections(max: usize) -> Gauge {
+/// Sets [`CONNECTIONS_MAX`] to `max` (`server.max_connections`, which needs a restart to
+/// change, so it is set once, when the listener starts).
+pub fn connections_max(max: usize) {
     gauge!(CONNECTIONS_MAX).set(max as f64);
-    gauge!(CONNECTIONS)
+}
+
+/// The open-connections gauge, and the figure [`snapshot`] reads.
+pub fn connections() -> OpenConnections {
+    OpenConnections(gauge!(CONNECTIONS))
+}
+
+/// The open-connections gauge and its atomic twin, moved by the same calls.
+#[derive(Clone)]
+pub struct OpenConnections(Gauge);
+
+impl OpenConnections {
+    /// `n` connections opened.
+    pub fn increment(&self, n: f64) {
+        self.0.increment(n);
+        OPEN_CONNECTIONS.fetch_add(n as i64, Relaxed);
+    }
+
+    /// `n` connections closed.
+    pub fn decrement(&self, n: f64) {
+        self.0.decrement(n);
+        OPEN_CONNECTIONS.fetch_sub(n as i64, Relaxed);
+    }
 }
 
 /// The sizes sampled every second ([`sample_sizes`]).

@@ -3,7 +3,7 @@
 //! connections and the Redis connections all fit, and warns when they would not.
 //!
 //! Every client connection holds one descriptor; the metrics endpoint at most
-//! `metrics.max_connections`; Redis one per node (plus one while reconnecting); the rest
+//! `http.max_connections`; Redis one per node (plus one while reconnecting); the rest
 //! (listening sockets, the runtime's epoll and eventfd, the log, systemd's notify socket)
 //! stays under [`BASE_FDS`].
 

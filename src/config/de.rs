@@ -60,7 +60,7 @@ pub(super) fn de_metrics_connections<'de, D: Deserializer<'de>>(d: D) -> Result<
     ranged(d, "metrics.max_connections", 1, 1024).map(|v| v as usize)
 }
 
-/// `metrics.listen`: `"ip:port"`, or a port alone (integer or string) meaning
+/// `http.listen` (and `metrics.listen`): `"ip:port"`, or a port alone (integer or string) meaning
 /// `127.0.0.1:<port>`: loopback unless an address says otherwise.
 pub(super) fn de_listen<'de, D: Deserializer<'de>>(
     d: D,
@@ -74,7 +74,7 @@ pub(super) fn de_listen<'de, D: Deserializer<'de>>(
     let loopback = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let bad = |got: &dyn fmt::Display| {
         de::Error::custom(format!(
-            "metrics.listen must be \"ip:port\" (e.g. \"127.0.0.1:9090\") or a port from 1 to 65535 for 127.0.0.1 (got {got})"
+            "listen ([http] or [metrics]) must be \"ip:port\" (e.g. \"127.0.0.1:9090\") or a port from 1 to 65535 for 127.0.0.1 (got {got})"
         ))
     };
     let listen = Listen::deserialize(d).map_err(|_: D::Error| bad(&"a value of another type"))?;
@@ -118,6 +118,14 @@ pub(super) fn de_uids<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Er
 
 pub(super) fn de_gids<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error> {
     de_ids(d, "server.allow_gids")
+}
+
+pub(super) fn de_admin_uids<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error> {
+    de_ids(d, "server.admin_uids")
+}
+
+pub(super) fn de_admin_gids<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error> {
+    de_ids(d, "server.admin_gids")
 }
 
 pub(super) fn de_max_connections<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {

@@ -48,6 +48,8 @@ fn restart_fields(current: &Config, new: &Config) -> Vec<(bool, &'static str)> {
         (n.max_in_flight != s.max_in_flight, "server.max_in_flight"),
         (n.allow_uids != s.allow_uids, "server.allow_uids"),
         (n.allow_gids != s.allow_gids, "server.allow_gids"),
+        (n.admin_uids != s.admin_uids, "server.admin_uids"),
+        (n.admin_gids != s.admin_gids, "server.admin_gids"),
         (
             n.max_connections != s.max_connections,
             "server.max_connections",
@@ -100,6 +102,24 @@ fn restart_fields(current: &Config, new: &Config) -> Vec<(bool, &'static str)> {
         (
             new.metrics.max_connections != current.metrics.max_connections,
             "metrics.max_connections",
+        ),
+        (new.http.listen != current.http.listen, "http.listen"),
+        (
+            new.http.max_connections != current.http.max_connections,
+            "http.max_connections",
+        ),
+        (new.http.lab != current.http.lab, "http.lab"),
+        (
+            new.http.lab_max_rps != current.http.lab_max_rps,
+            "http.lab_max_rps",
+        ),
+        (
+            new.http.lab_max_seconds != current.http.lab_max_seconds,
+            "http.lab_max_seconds",
+        ),
+        (
+            new.http.lab_max_keys != current.http.lab_max_keys,
+            "http.lab_max_keys",
         ),
         (new.envoy.listen != current.envoy.listen, "envoy.listen"),
     ]

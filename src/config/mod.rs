@@ -11,10 +11,12 @@
 mod de;
 pub mod diff;
 pub mod envoy;
+pub mod http;
 pub mod rules;
 pub mod settings;
 
 pub use crate::algorithm::Algorithm;
+pub use http::HttpConfig;
 pub use rules::{OnRedisFailure, Rule};
 pub use settings::{
     parse_node, CacheConfig, FallbackConfig, Hosts, MetricsConfig, RedisConfig, RedisMode,
@@ -95,6 +97,8 @@ struct RawConfig {
     #[serde(default)]
     metrics: MetricsConfig,
     #[serde(default)]
+    http: HttpConfig,
+    #[serde(default)]
     rule: Vec<Spanned<rules::RawRule>>,
     #[serde(default)]
     envoy: envoy::RawEnvoyConfig,
@@ -111,8 +115,10 @@ pub struct Config {
     pub cache: CacheConfig,
     /// `[fallback]`.
     pub fallback: FallbackConfig,
-    /// `[metrics]`.
+    /// `[metrics]` as written (its `listen` is the older name of `[http] listen`).
     pub metrics: MetricsConfig,
+    /// `[http]` in force, `[metrics] listen` folded in ([`HttpConfig`]).
+    pub http: HttpConfig,
     /// Rules by name.
     pub rules: HashMap<String, Arc<Rule>>,
     /// `[envoy]`.
@@ -161,12 +167,14 @@ impl Config {
             rules.insert(rule.name.clone(), Arc::new(rule));
         }
         let envoy = raw.envoy.validate(&rules, &raw.server.socket, &at)?;
+        let http = raw.http.merged(&raw.metrics, &at, text)?;
         Ok(Config {
             server: raw.server,
             redis,
             cache: raw.cache,
             fallback: raw.fallback,
             metrics: raw.metrics,
+            http,
             rules,
             envoy,
         })
@@ -193,6 +201,12 @@ impl PeerAccess {
     /// True if a peer with `uid` and `gid` may be served.
     pub fn allows(&self, uid: u32, gid: u32) -> bool {
         self.is_open() || self.uids.contains(&uid) || self.gids.contains(&gid)
+    }
+
+    /// True if `uid` is in `uids` or `gid` in `gids`: unlike [`PeerAccess::allows`],
+    /// empty lists name nobody (the operator lists, `server.admin_uids` / `admin_gids`).
+    pub fn lists(&self, uid: u32, gid: u32) -> bool {
+        self.uids.contains(&uid) || self.gids.contains(&gid)
     }
 
     /// True if the lists restrict nothing (both empty).

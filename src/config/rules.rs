@@ -70,6 +70,22 @@ pub struct Rule {
     /// `lease = "auto"`: hot keys are answered from leases (docs/DESIGN.md "Leases");
     /// `"off"` (the default): every decision is a script call.
     pub lease: bool,
+    /// The kind of this rule's local states in the eviction sketch (1–255): a hash of
+    /// the rule's name and algorithm, so a key evicted under one share comes back
+    /// drained under another (a reload, or `fallback.hosts = "auto"` counting other
+    /// daemons), and a flood of one rule's keys does not drain another rule's
+    /// (`crate::fallback`, module `restart`).
+    pub sketch_tag: u8,
+}
+
+/// [`Rule::sketch_tag`] of the rule `name` under algorithm `kind` (FNV-1a, folded to
+/// 1–255).
+fn sketch_tag(name: &str, kind: &str) -> u8 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes().chain([0]).chain(kind.bytes()) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    ((h >> 56) as u8 ^ (h >> 24) as u8).max(1)
 }
 
 impl Rule {
@@ -81,7 +97,6 @@ impl Rule {
         fallback_hosts: u32,
     ) -> Self {
         Rule {
-            name,
             algorithm,
             on_redis_failure,
             fallback_hosts,
@@ -91,6 +106,8 @@ impl Rule {
             window_ms: algorithm.window_ms(),
             access: PeerAccess::default(),
             lease: false,
+            sketch_tag: sketch_tag(&name, algorithm.params(1).kind().as_str()),
+            name,
         }
     }
 

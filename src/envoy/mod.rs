@@ -51,7 +51,7 @@ pub async fn start(
     let Some(listen) = &config.envoy.listen else {
         return Ok(None);
     };
-    if config.metrics.listen.is_some() {
+    if config.http.listen.is_some() {
         metrics::describe();
     }
     let limits = limits.unwrap_or_default();

@@ -93,13 +93,17 @@ impl LocalBuckets {
     /// Decides `cost` units for `key` (the [`crate::key::TagKey`] of `"<rule>:<key>"`)
     /// at `now_us`, the local clock ([`crate::clock::local_clock_us`]: µs since the
     /// epoch, so windows align as in Redis, and monotonic on the boot clock, so a
-    /// wall-clock step neither refills nor freezes a bucket, and a suspend counts). `limit` is the rule's capacity/limit, reported as is (docs/PROTOCOL.md), even
-    /// when `params` is a share of it.
+    /// wall-clock step neither refills nor freezes a bucket, and a suspend counts).
+    /// `limit` is the rule's capacity/limit, reported as is (docs/PROTOCOL.md), even
+    /// when `params` is a share of it. `tag` is the rule's
+    /// [`crate::config::Rule::sketch_tag`]: what an evicted key of this rule left is
+    /// found again by it, whatever the share is now.
     pub fn decide(
         &self,
         key: KeyHash,
         limit: u64,
         params: &Params,
+        tag: u8,
         cost: u32,
         now_us: f64,
     ) -> Decision {
@@ -107,7 +111,7 @@ impl LocalBuckets {
         let (mut outcome, evicted) = self.buckets.with_slot(key, now_us, |slot: Slot<'_, _>| {
             let mut wrote = false;
             if slot.new {
-                if let Some(rec) = slot.recorded(restart::tag(params)) {
+                if let Some(rec) = slot.recorded(tag) {
                     *slot.value = Some(restart::restart(params, rec, now_us));
                     wrote = true;
                 }
@@ -117,7 +121,7 @@ impl LocalBuckets {
             // as it was or fresher (a log dropping old entries): the stamp stays
             // an upper bound.
             if wrote || (outcome.allowed && cost > 0) {
-                *slot.stamp = restart::stamp(&outcome, params, now_us);
+                *slot.stamp = restart::stamp(&outcome, params, tag, now_us);
             }
             (outcome, slot.evicted)
         });
@@ -151,7 +155,7 @@ impl LocalBuckets {
         let reset_us = outcome.reset_ms as f64 * 1000.0;
         let mut seeded = Some(params.seed(unused, reset_us, now_us));
         let evicted = self.buckets.with_slot(key, now_us, |slot: Slot<'_, _>| {
-            if let Some(rec) = slot.recorded(restart::tag(&params)) {
+            if let Some(rec) = slot.recorded(rule.sketch_tag) {
                 *slot.value = Some(restart::restart(&params, rec, now_us));
             }
             let state = slot.value;
@@ -167,7 +171,7 @@ impl LocalBuckets {
                 }
             }
             let now = params.decide(state, now_us, 0);
-            *slot.stamp = restart::stamp(&now, &params, now_us);
+            *slot.stamp = restart::stamp(&now, &params, rule.sketch_tag, now_us);
             slot.evicted
         });
         self.count(evicted);
@@ -207,7 +211,14 @@ pub fn decide_without_redis(
 ) -> Decision {
     let limit = rule.limit();
     match rule.on_redis_failure {
-        OnRedisFailure::Local => local.decide(key, limit, &local.share(rule), cost, now_us),
+        OnRedisFailure::Local => local.decide(
+            key,
+            limit,
+            &local.share(rule),
+            rule.sketch_tag,
+            cost,
+            now_us,
+        ),
         OnRedisFailure::Allow => Decision {
             allowed: true,
             limit,

@@ -42,36 +42,25 @@ use crate::algorithm::{
 };
 use crate::state_map::{ticks_ceil, ticks_to_us, Stamp};
 
-/// The stamp of a state just decided under `params` at `now_us` with `outcome`.
-pub fn stamp(outcome: &Outcome, params: &Params, now_us: f64) -> Stamp {
+/// The stamp of a state of kind `tag` (its rule's [`crate::config::Rule::sketch_tag`])
+/// just decided under `params` at `now_us` with `outcome`.
+pub fn stamp(outcome: &Outcome, params: &Params, tag: u8, now_us: f64) -> Stamp {
     if outcome.reset_ms == 0 {
         return Stamp::WORTHLESS;
     }
     let fresh_at = ticks_ceil(now_us, outcome.reset_ms);
-    let (units, tag) = units_and_tag(params);
-    Stamp::new(fresh_at, drained(units, outcome.remaining), tag)
+    Stamp::new(fresh_at, drained(units(params), outcome.remaining), tag)
 }
 
-/// The sketch tag of states decided under `params` (1–255): a hash of the algorithm,
-/// its capacity or limit and its rate or window, so that a flood of one rule's keys
-/// does not drain the keys of a rule with other parameters coming back (module
-/// `state_map::sketch`).
-pub fn tag(params: &Params) -> u8 {
-    units_and_tag(params).1
-}
-
-/// The share's capacity or limit in units ([`Params::units`]) and [`tag`], in one
-/// dispatch (a stamp is made at every write).
-fn units_and_tag(params: &Params) -> (f64, u8) {
-    let (kind, a, b, units) = match params {
-        Params::TokenBucket(p) => (1, p.capacity, p.refill_rate, p.capacity / MICRO),
-        Params::LeakyBucket(p) => (2, p.capacity, p.leak_rate, p.capacity / MICRO),
-        Params::FixedWindow(p) => (3, p.limit, p.window, p.limit),
-        Params::SlidingWindowLog(p) => (4, p.limit, p.window, p.limit),
-        Params::SlidingWindowCounter(p) => (5, p.limit, p.window, p.limit),
-    };
-    let h = (a.to_bits() ^ b.to_bits().rotate_left(29) ^ kind).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    (units, ((h >> 56) as u8).max(1))
+/// The share's capacity or limit in units ([`Params::units`]).
+fn units(params: &Params) -> f64 {
+    match params {
+        Params::TokenBucket(p) => p.capacity / MICRO,
+        Params::LeakyBucket(p) => p.capacity / MICRO,
+        Params::FixedWindow(p) => p.limit,
+        Params::SlidingWindowLog(p) => p.limit,
+        Params::SlidingWindowCounter(p) => p.limit,
+    }
 }
 
 /// `⌈255 × (units − remaining) ÷ units⌉`, at most 255: an upper bound, in 1/255ths, of
@@ -164,6 +153,8 @@ mod tests {
     use crate::state_map::ticks_floor;
 
     const T0: f64 = 1_700_000_000_000_000.0;
+    /// The sketch tag of the rule these tests decide under.
+    const TAG: u8 = 7;
 
     fn params(kind: Kind, limit: u64) -> Params {
         let per = match kind {
@@ -192,7 +183,7 @@ mod tests {
                 }
                 let t_d = T0 + used as f64;
                 let o = p.decide(&mut s, t_d, 0);
-                let st = stamp(&o, &p, t_d);
+                let st = stamp(&o, &p, TAG, t_d);
                 assert_eq!(st == Stamp::WORTHLESS, used == 0, "{kind:?} used {used}");
                 if used == 0 {
                     continue;
@@ -234,7 +225,7 @@ mod tests {
         let mut s = None;
         assert_eq!(admits(&p, &mut s, T0), 5);
         let o = p.decide(&mut s, T0, 0);
-        let st = stamp(&o, &p, T0);
+        let st = stamp(&o, &p, TAG, T0);
         assert_eq!(st.drained(), 255);
         let now = T0 + 10e6; // 10 s later: 0.1 token refilled
         let mut back = Some(restart(&p, st, now));
@@ -243,7 +234,7 @@ mod tests {
         // One token used of 5: comes back with 4 (not fewer: the record is exact).
         let mut s = None;
         p.decide(&mut s, T0, 1);
-        let st = stamp(&p.decide(&mut s, T0, 0), &p, T0);
+        let st = stamp(&p.decide(&mut s, T0, 0), &p, TAG, T0);
         assert_eq!(st.drained(), 51);
         let mut back = Some(restart(&p, st, T0 + 1000.0));
         assert_eq!(p.decide(&mut back, T0 + 1000.0, 1).remaining, 3);
@@ -255,6 +246,46 @@ mod tests {
         foldhash::fast::FixedState::with_seed(5).hash_one(i)
     }
 
+    /// The share changes while the drained key is away (a reload, or another daemon
+    /// counted by `fallback.hosts = "auto"`): the record is the rule's, not the
+    /// share's, so the key comes back as drained a fraction of the new share as it left
+    /// the old one, not with a full new share.
+    #[test]
+    fn a_drained_key_stays_drained_when_the_share_changes_while_evicted() {
+        use crate::fallback::LocalBuckets;
+        for &kind in Kind::ALL {
+            // The rule's limit 10: shared by 2 hosts, then by 1 (capacity and rate, or
+            // limit, scale together).
+            let per = match kind {
+                Kind::TokenBucket | Kind::LeakyBucket => Per::Rate(2.0),
+                _ => Per::WindowMs(10_000),
+            };
+            let (old, new) = (Params::new(kind, 10, per, 2), Params::new(kind, 10, per, 1));
+            let local = LocalBuckets::new(1000);
+            let drained = key(u64::MAX);
+            let admitted = (0..10)
+                .filter(|_| local.decide(drained, 5, &old, TAG, 1, T0).allowed)
+                .count();
+            assert_eq!(admitted, 5, "{kind:?}");
+            for i in 0..100_000 {
+                let now = T0 + i as f64;
+                assert!(
+                    local.decide(key(i), 10, &new, TAG, 1, now).allowed,
+                    "{kind:?}"
+                );
+            }
+            let now = T0 + 100_000.0;
+            let d = local.decide(drained, 10, &new, TAG, 0, now);
+            assert!(local.len() <= 1000);
+            // It keeps the fraction of its share it had (none, plus what 0.1 s
+            // refills); a full share would be 10.
+            assert!(d.remaining <= 1, "{kind:?}: came back with {}", d.remaining);
+            // Under another rule's tag the record does not match: a full share.
+            let other = local.decide(drained ^ 1, 10, &new, TAG + 1, 0, now);
+            assert_eq!(other.remaining, 10, "{kind:?}");
+        }
+    }
+
     #[test]
     fn a_drained_key_stays_drained_through_a_flood_of_used_keys() {
         use crate::fallback::LocalBuckets;
@@ -263,18 +294,18 @@ mod tests {
             let local = LocalBuckets::new(1000);
             let drained = key(u64::MAX);
             let admitted = (0..10)
-                .filter(|_| local.decide(drained, 5, &p, 1, T0).allowed)
+                .filter(|_| local.decide(drained, 5, &p, TAG, 1, T0).allowed)
                 .count();
             assert_eq!(admitted, 5, "{kind:?}");
             // 100,000 new keys each take a unit (their state matters for seconds): the
             // drained key is evicted, recorded, and comes back drained.
             for i in 0..100_000 {
                 let now = T0 + i as f64;
-                assert!(local.decide(key(i), 5, &p, 1, now).allowed, "{kind:?}");
+                assert!(local.decide(key(i), 5, &p, TAG, 1, now).allowed, "{kind:?}");
             }
             let now = T0 + 100_000.0;
             assert!(local.len() <= 1000);
-            let d = local.decide(drained, 5, &p, 1, now);
+            let d = local.decide(drained, 5, &p, TAG, 1, now);
             assert_eq!((d.allowed, d.remaining), (false, 0), "{kind:?}");
             assert!(
                 local.buckets.sketch_bytes() > 0,
@@ -291,11 +322,11 @@ mod tests {
             let local = LocalBuckets::new(1000);
             let used: Vec<u64> = (0..500).map(|i| key(1 << 40 | i)).collect();
             for &k in &used {
-                assert!(local.decide(k, 5, &p, 1, T0).allowed);
+                assert!(local.decide(k, 5, &p, TAG, 1, T0).allowed);
             }
             // Cost-0 requests of new keys: their states equal a new key's.
             for i in 0..100_000 {
-                let d = local.decide(key(i), 5, &p, 0, T0 + 1.0);
+                let d = local.decide(key(i), 5, &p, TAG, 0, T0 + 1.0);
                 assert_eq!((d.allowed, d.remaining), (true, 5), "{kind:?}");
             }
             assert_eq!(
@@ -304,7 +335,7 @@ mod tests {
                 "{kind:?}: a used key was evicted"
             );
             for &k in &used {
-                let d = local.decide(k, 5, &p, 0, T0 + 2.0);
+                let d = local.decide(k, 5, &p, TAG, 0, T0 + 2.0);
                 assert_eq!(d.remaining, 4, "{kind:?}");
             }
         }
@@ -336,13 +367,14 @@ mod sim {
         use crate::fallback::LocalBuckets;
         use std::hash::BuildHasher;
         let n: u64 = std::env::var("SIM_N").map_or(10_000_000, |v| v.parse().unwrap());
+        const TAG: u8 = 7;
         let p = Params::new(Kind::TokenBucket, 5, Per::Rate(0.01), 1);
         let local = LocalBuckets::new(10_000);
         let t0 = 1.7e15;
         let drained = u64::MAX;
         assert_eq!(
             (0..6)
-                .filter(|_| local.decide(drained, 5, &p, 1, t0).allowed)
+                .filter(|_| local.decide(drained, 5, &p, TAG, 1, t0).allowed)
                 .count(),
             5
         );
@@ -352,7 +384,7 @@ mod sim {
         for i in 0..n {
             let k = foldhash::fast::FixedState::with_seed(9).hash_one(i);
             now = t0 + (i as f64 / 1.5).floor();
-            let d = local.decide(k, 5, &p, 1, now);
+            let d = local.decide(k, 5, &p, TAG, 1, now);
             assert!(d.remaining <= 4, "a new key never starts above full");
             hist[if d.allowed { d.remaining as usize } else { 5 }] += 1;
             if (i + 1) % (n / 10).max(1) == 0 {
@@ -365,7 +397,7 @@ mod sim {
                 hist = [0; 6];
             }
         }
-        let d = local.decide(drained, 5, &p, 1, now);
+        let d = local.decide(drained, 5, &p, TAG, 1, now);
         assert_eq!((d.allowed, d.remaining), (false, 0));
     }
 }

@@ -49,7 +49,8 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let in_flight = InFlight::new(limits.redis_in_flight);
     let refusals = Refusals::default();
-    let open = crate::metrics::connections(limits.max_connections);
+    crate::metrics::connections_max(limits.max_connections);
+    let open = crate::metrics::connections();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -129,7 +130,7 @@ fn admit(
         }
         return None;
     };
-    let peer = in_flight.peer(uid, gid);
+    let peer = in_flight.peer(uid, gid).with_admins(&limits.admins);
     let per_uid = limits.max_connections_per_uid;
     let Some(uid_slot) = peer.connection_slot(per_uid) else {
         refuse(

@@ -19,6 +19,10 @@ pub struct LocalStore {
     buckets: LocalBuckets,
 }
 
+/// The eviction sketch's tag of every key here: the store's key text already names the
+/// rule, and one tag is enough for a stand-in.
+const SKETCH_TAG: u8 = 1;
+
 impl LocalStore {
     /// Room for `max_keys` keys (evicted as the local buckets evict).
     pub fn new(max_keys: u64) -> Self {
@@ -32,7 +36,7 @@ impl LocalStore {
         key.hash(&mut h);
         let d = self
             .buckets
-            .decide(h.finish(), 0, params, cost, local_clock_us());
+            .decide(h.finish(), 0, params, SKETCH_TAG, cost, local_clock_us());
         Outcome {
             allowed: d.allowed,
             remaining: d.remaining,

@@ -38,6 +38,7 @@ fn local_buckets_never_hold_more_than_max_keys() {
             10,
             &params,
             1,
+            1,
             wall_clock_us(),
         );
         assert!(d.allowed, "a new key starts full");

@@ -25,6 +25,7 @@ mod envoy_listen;
 mod eviction;
 mod garbage;
 mod harness;
+mod lab;
 mod local;
 mod metrics;
 mod module_graph;

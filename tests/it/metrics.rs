@@ -1,4 +1,4 @@
-//! The Prometheus endpoint (`[metrics] listen`) of a real daemon, scraped over HTTP:
+//! The Prometheus endpoint (`[metrics] listen`, the older name of `[http] listen`) of a real daemon, scraped over HTTP:
 //! decisions by rule × verdict × source, error replies by code, Redis call latency and
 //! errors, the circuit gauge and transitions, cache and local sizes, open connections,
 //! reloads.
@@ -206,8 +206,9 @@ fn http_get_head_other_methods_and_oversized_heads() {
     let _d = Daemon::start(&format!(
         "[redis]\nmode = \"none\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n{RULES}"
     ));
-    // GET, any path: the metrics, then the connection is closed.
-    for path in ["/metrics", "/", "/anything"] {
+    // GET /metrics: the metrics, then the connection is closed.
+    {
+        let path = "/metrics";
         let (a, _) = exchange(
             port,
             format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
@@ -224,6 +225,18 @@ fn http_get_head_other_methods_and_oversized_heads() {
             Some(body.len().to_string().as_str())
         );
         assert!(body.contains("ratelimitd_circuit_open 0"), "{a}");
+    }
+    // `/` is the dashboard ([metrics] listen is the older name of [http] listen); an
+    // unknown path, and the lab without `[http] lab = true`, are 404.
+    let (a, _) = exchange(port, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(a.starts_with("HTTP/1.1 200 OK\r\n"), "{a}");
+    assert_eq!(header(&a, "content-type"), Some("text/html; charset=utf-8"));
+    for path in ["/anything", "/lab"] {
+        let (a, _) = exchange(
+            port,
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+        );
+        assert!(a.starts_with("HTTP/1.1 404 "), "{path}: {a}");
     }
     // HEAD: the head alone.
     let (a, _) = exchange(port, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n");

@@ -186,6 +186,17 @@ impl RedisStore {
         }
     }
 
+    /// Each primary known now (`host:port`) and whether its breaker is open (its keys
+    /// decided without Redis), in slot-map order: the dashboard's health panel.
+    pub fn primaries(&self) -> Vec<(String, bool)> {
+        self.topology
+            .load()
+            .primaries
+            .iter()
+            .map(|p| (p.name().to_owned(), p.health.is_open()))
+            .collect()
+    }
+
     /// The event-loop lag ticker's view.
     pub fn lateness(&self) -> &Lateness {
         &self.lateness

@@ -69,13 +69,13 @@ fn measure(what: &str, algorithm: &str, n: u64) {
             let local = LocalBuckets::new(n);
             let t = Instant::now();
             for i in 0..n {
-                local.decide(key(&keys, i), 100, &params, 1, now);
+                local.decide(key(&keys, i), 100, &params, 1, 1, now);
             }
             fill_s = t.elapsed().as_secs_f64();
             held = local.len();
             let t = Instant::now();
             for i in n..2 * n {
-                local.decide(key(&keys, i), 100, &params, 1, now);
+                local.decide(key(&keys, i), 100, &params, 1, 1, now);
             }
             evict_s = t.elapsed().as_secs_f64();
             report(
