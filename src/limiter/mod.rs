@@ -381,14 +381,8 @@ impl<S: Store> Limiter<S> {
         let Some(redis) = &self.redis else {
             let now = clock.now_us();
             return decided(
-                self.local.decide(
-                    key,
-                    rule.limit(),
-                    &rule.params,
-                    rule.sketch_tag,
-                    cost,
-                    now,
-                ),
+                self.local
+                    .decide(key, rule.limit(), &rule.params, rule.sketch_tag, cost, now),
                 clock,
             );
         };
