@@ -267,6 +267,7 @@ name = "shadowed"
 algorithm = "fixed_window"
 limit = 1
 window = "1h"
+shadow = true
 "#,
         toml_str_array(&cluster.primary_addrs())
     );
@@ -276,9 +277,10 @@ window = "1h"
     let lines: Vec<String> = (0..90).map(|i| format!("CHECK tb k{}", i % 30)).collect();
     let replies = c.pipeline(&lines);
     assert!(replies.iter().any(|r| r.starts_with("DENY")), "{replies:?}");
+    // Limit 1: the second and third would be DENY; a shadow rule answers ALLOW.
     for _ in 0..3 {
         let r = parse_reply(&c.request("CHECK shadowed s"));
-        let _ = r;
+        assert!(r.allowed(), "a shadow rule answers ALLOW");
     }
     assert!(c.request("BOGUS").starts_with("ERR PROTO"));
 
@@ -350,6 +352,19 @@ window = "1h"
     std::thread::sleep(Duration::from_millis(1100));
     let body = scrape(port);
     let s = scraped(&body);
+    let shadow_denied: f64 = body
+        .lines()
+        .filter(|l| {
+            l.starts_with("ratelimitd_decisions_total{")
+                && l.contains("rule=\"shadowed\"")
+                && l.contains("verdict=\"shadow_deny\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(
+        shadow_denied, 2.0,
+        "the shadow rule's would-be DENYs:\n{body}"
+    );
     assert_eq!(
         value(&body, "ratelimitd_connections_max", None),
         Some(64.0),
