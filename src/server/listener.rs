@@ -49,6 +49,7 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let in_flight = InFlight::new(limits.redis_in_flight);
     let refusals = Refusals::default();
+    crate::metrics::connections_max(limits.max_connections);
     let open = crate::metrics::connections();
     loop {
         tokio::select! {

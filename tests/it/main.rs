@@ -22,6 +22,7 @@ mod composite;
 mod concurrency;
 mod config_doc;
 mod connections_per_uid;
+mod dashboard;
 mod envoy_compat;
 mod envoy_listen;
 mod eviction;
