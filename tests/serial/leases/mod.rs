@@ -11,8 +11,11 @@
 //! The harness (daemons, load threads, tallies) is in `harness.rs`.
 
 use crate::common;
+mod fairness;
 mod faults;
 mod harness;
+mod shapes;
+mod stalled;
 
 use common::*;
 use harness::*;
