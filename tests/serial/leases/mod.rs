@@ -11,9 +11,11 @@
 //! The harness (daemons, load threads, tallies) is in `harness.rs`.
 
 use crate::common;
+mod failover;
 mod fairness;
 mod faults;
 mod harness;
+mod migration;
 mod shapes;
 mod stalled;
 
