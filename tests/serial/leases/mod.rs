@@ -16,6 +16,7 @@ mod fairness;
 mod faults;
 mod harness;
 mod migration;
+mod outage;
 mod shapes;
 mod stalled;
 
