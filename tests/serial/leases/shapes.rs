@@ -35,23 +35,30 @@ const WINDOWS: [(&str, u64, u64); 3] = [
 /// How long each shape is run.
 const RUN: Duration = Duration::from_secs(4);
 /// Load per daemon: clients, each pipelining this many CHECKs every `EVERY`: about
-/// 40,000 CHECKs/s in all, 4× the fastest rate and 40,000× the slowest, arriving
+/// 20,000 CHECKs/s in all, 2× the fastest rate and 20,000× the slowest, arriving
 /// often enough (every ½ ms per daemon) that a bucket of one token at 1,000/s is asked
 /// before it would overflow, and leaving the two cores the daemons need.
 const CLIENTS: usize = 2;
-const BATCH: usize = 10;
+const BATCH: usize = 5;
 const EVERY: Duration = Duration::from_millis(1);
 
+/// `lease = "auto"`, or what `SHAPES_LEASE` says (`off`: the same table without leases,
+/// every decision one script call, to compare on the same machine; calls not asserted).
+fn lease() -> String {
+    std::env::var("SHAPES_LEASE").unwrap_or_else(|_| "auto".to_string())
+}
+
 fn rules() -> String {
+    let lease = lease();
     let mut rules = String::new();
     for (i, (capacity, rate)) in BUCKETS.iter().enumerate() {
         rules.push_str(&format!(
-            "[[rule]]\nname = \"tb{i}\"\nalgorithm = \"token_bucket\"\ncapacity = {capacity}\nrefill_rate = {rate:.1}\nlease = \"auto\"\n\n"
+            "[[rule]]\nname = \"tb{i}\"\nalgorithm = \"token_bucket\"\ncapacity = {capacity}\nrefill_rate = {rate:.1}\nlease = \"{lease}\"\n\n"
         ));
     }
     for (i, (algorithm, limit, window)) in WINDOWS.iter().enumerate() {
         rules.push_str(&format!(
-            "[[rule]]\nname = \"w{i}\"\nalgorithm = \"{algorithm}\"\nlimit = {limit}\nwindow = \"{window}ms\"\nlease = \"auto\"\n\n"
+            "[[rule]]\nname = \"w{i}\"\nalgorithm = \"{algorithm}\"\nlimit = {limit}\nwindow = \"{window}ms\"\nlease = \"{lease}\"\n\n"
         ));
     }
     rules
@@ -96,7 +103,7 @@ fn saturated_keys_of_every_shape_are_fully_used_and_never_over_admitted() {
         if (allowed as f64) < 0.9 * bound {
             failures.push(format!("tb{i}: under-used {allowed} < 90 % of {bound:.0}"));
         }
-        if *rate >= 100.0 && calls * 10 > allowed {
+        if *rate >= 100.0 && calls * 10 > allowed && lease() == "auto" {
             failures.push(format!("tb{i}: {calls} calls for {allowed} ALLOW"));
         }
     }
@@ -155,7 +162,7 @@ fn saturated_keys_of_every_shape_are_fully_used_and_never_over_admitted() {
                 limit * whole
             ));
         }
-        if rate >= 100.0 && calls * 10 > allowed {
+        if rate >= 100.0 && calls * 10 > allowed && lease() == "auto" {
             failures.push(format!("w{i}: {calls} calls for {allowed} ALLOW"));
         }
     }
