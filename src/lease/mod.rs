@@ -9,22 +9,26 @@
 //!   nothing queued): every `CHECK` is one script call, as without leases;
 //! * **hot** (the key is busy, or a request found a call for it in flight): the next call
 //!   also takes a lease of about [`TAKE_US`] of this host's demand (Redis caps it at
-//!   what is left ÷ the hosts holding leases on the key); requests arriving meanwhile
-//!   wait for that call and are answered from its lease (source `lease`), so one call
-//!   serves many decisions;
+//!   what is left ÷ the hosts asking for the key); requests arriving meanwhile wait for
+//!   that call and are answered from its lease (source `lease`), so one call serves
+//!   many decisions;
 //! * **saturated** (Redis granted less than asked, with less than that left): the next
-//!   call waits until [`PACE_US`] after the last one, and asks for that long of demand;
-//!   meanwhile a request the lease cannot pay for is a DENY from the lease, without a
-//!   call. With less than two paces of refill left, Redis grants each such host at most
-//!   `PACE_US × refill rate ÷ holders`: hosts asking equally get equal shares, and one
-//!   that stops asking stops counting when its lease ends.
+//!   call, at once, asks with a pace of [`PACE_US`]. A bucket grants a *slice*: the
+//!   host's share of the capacity and of the refill rate (hosts asking lately share
+//!   equally), which this host refills itself until the deadline (its [`SLICE_LIFETIME_US`]
+//!   less the margins) while Redis refills the key slower by as much; a request the
+//!   slice cannot pay for yet is a DENY from the lease, without a call, and one finding
+//!   it short within [`SLICE_RENEW_US`] of its deadline renews it. A window grants the
+//!   host's share of the window. A host that gets nothing asks again when Redis's
+//!   `wait_ms` says (at least [`PACE_US`], at most [`LIFETIME_US`]), answering DENY from
+//!   the lease meanwhile.
 //!
 //! A lease is spent only before its deadline: this host's [`crate::clock::boottime_us`] when it
 //! *sent* the call, plus the lifetime Redis granted, minus [`DRIFT_MARGIN_US`] (and, for
 //! a bucket, minus [`CLOCK_JUMP_US`]). Redis's own deadline started later (when the call
 //! arrived), so it always ends after ours. A call that gives a lease back ends it at
-//! once, before it is sent. A key idle for [`IDLE_RETURN_US`], or whose lease ends within
-//! [`RENEW_AHEAD_US`], gives back what it holds ([`Book::sweep`]).
+//! once, before it is sent. A key idle for [`IDLE_RETURN_US`], or whose lump lease ends
+//! within [`RENEW_AHEAD_US`], gives back what it holds ([`Book::sweep`]).
 //!
 //! A grant whose reply was read is never forgotten before Redis acknowledged its end: a
 //! call that gives it back and fails, a reload ([`Book::retire`]), a sweep, or its
