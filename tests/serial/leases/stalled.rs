@@ -4,6 +4,7 @@
 //! every request is answered by `redis.timeout_ms` after it arrived.
 
 use super::common::*;
+use super::migration::owner_of;
 use crate::ONE_AT_A_TIME;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -13,7 +14,9 @@ use std::time::{Duration, Instant};
 const TIMEOUT_MS: u64 = 250;
 
 /// One client floods CHECKs of a hot key and never reads a reply (its connection's
-/// task ends up blocked writing them, with requests of that key pending); another
+/// task ends up blocked writing them, with requests of that key pending, while the
+/// key's primary holds writes for 100 ms at a time so that its lease calls are slow);
+/// another
 /// client's CHECKs of the same key, one every 50 ms for 2 s, are each answered from the
 /// lease or Redis (never decided locally, never `ERR BUSY`) within `redis.timeout_ms`
 /// + 5 ms.
@@ -25,6 +28,26 @@ fn a_client_that_never_reads_holds_up_no_other_client_of_its_key() {
         "[server]\nidle_timeout_ms = 60000\n\n[redis]\nmode = \"cluster\"\nnodes = {}\ntimeout_ms = {TIMEOUT_MS}\nprefix = \"rl\"\n\n[[rule]]\nname = \"hot\"\nalgorithm = \"token_bucket\"\ncapacity = 1000000\nrefill_rate = 1000.0\nlease = \"auto\"\n",
         toml_str_array(&cluster.addrs())
     ));
+    // The key's primary holds writes for 80 ms out of every 150 (`CLIENT PAUSE WRITE`,
+    // well within the timeout) while the flood goes on: the key's lease calls take long,
+    // so when the flooding connection's task blocks writing its replies, it is likely to
+    // have one in flight or queued.
+    let key = "rl:{hot:k}:tb";
+    let slot: u16 = cluster
+        .cli(&cluster.primary_addrs()[0], &["CLUSTER", "KEYSLOT", key])
+        .parse()
+        .expect("slot");
+    let (primary, _) = owner_of(&cluster, slot);
+    let pauser = {
+        let primary = primary.clone();
+        thread::spawn(move || {
+            let pausing = Instant::now();
+            while pausing.elapsed() < Duration::from_millis(2500) {
+                redis_cli(&primary, &["CLIENT", "PAUSE", "80", "WRITE"]);
+                thread::sleep(Duration::from_millis(150));
+            }
+        })
+    };
     let socket = daemon.socket.clone();
     let stalled = thread::spawn(move || {
         let mut s = UnixStream::connect(&socket).expect("connect");
@@ -38,8 +61,9 @@ fn a_client_that_never_reads_holds_up_no_other_client_of_its_key() {
         }
         (s, sent)
     });
-    // Well past the point where the flood's writes block (2 s write timeout).
+    // Past the point where the flood's writes block (2 s write timeout).
     let (stream, sent) = stalled.join().expect("flooding client");
+    pauser.join().expect("pausing thread");
     let mut c = daemon.connect();
     let mut worst = Duration::ZERO;
     let mut sources = std::collections::BTreeMap::<String, u64>::new();
