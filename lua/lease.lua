@@ -1,11 +1,17 @@
 -- Leases (docs/DESIGN.md "Leases"), the part every lease script shares; prepended after
 -- prelude.lua to lease_<algorithm>.lua (src/store/scripts.rs).
 --
--- A lease is a batch of units one daemon (a "holder") took from a key's budget to
--- answer CHECKs itself until a deadline. The key's hash keeps, per holder, one field
---   l:<holder id> = "<units> <deadline> <grant>"
--- units in the algorithm's units (µ-tokens for buckets), the deadline in µs on the Redis
--- clock (grant time + lifetime), the grant a number unique per key (field n counts them).
+-- A lease is a part of a key's budget one daemon (a "holder") took to answer CHECKs
+-- itself until a deadline. The key's hash keeps, per holder, one field
+--   l:<holder id> = "<units> <deadline> <grant> [<cap> <rate>]"
+-- units in the algorithm's units (µ-tokens for buckets) handed over at the grant, the
+-- deadline in µs on the Redis clock (grant time + lifetime), the grant a number unique
+-- per key (field n counts them). A bucket's lease may also be a *slice*: the holder
+-- keeps a bucket of its own of `cap` µ-tokens, refilled at `rate` µ-tokens/s until the
+-- deadline, while the key's bucket in Redis holds `cap` less and refills `rate` slower
+-- (lua/lease_token_bucket.lua). Without them, cap = units and rate = 0. And, per holder
+-- asking lately, a field a:<holder id> = "<until>" (µs, Redis clock): the hosts a
+-- saturated key is shared between, whether they hold a lease now or not.
 --
 -- ARGV[1..4] as the algorithm's own script (ARGV[4] = "" in production), then
 -- ARGV[5]  holder id (the daemon's, random per process)
@@ -15,66 +21,76 @@
 --          sends the call that names it, so what it reports unspent is final; and it
 --          spends only grants whose reply it read. Its calls that give back or ask run
 --          one at a time, in order on its connection to the key's primary.
--- ARGV[7]  units of that lease not spent (algorithm units)
+-- ARGV[7]  units of that lease not spent (algorithm units; a slice's refill included)
 -- ARGV[8]  units wanted in the new lease (algorithm units; 0 = none)
 -- ARGV[9]  lifetime of the new lease, µs
--- ARGV[10] pace, µs: 0, or (a saturated holder, asking this often) its grant is at
---          most pace × refill rate ÷ holders (buckets)
--- A grant is at most what is left ÷ holders, the holders being the caller and every
--- other host with a lease on the key: the hosts asking for it lately. One that stops
--- asking (or dies) stops counting when its lease ends.
+-- ARGV[10] pace, µs: 0, or (a saturated holder, asking this often) a bucket grants it a
+--          slice, its share of the capacity and of the refill rate
+-- A grant is at most the holder's share: the holders being the caller, every other host
+-- with a lease on the key, and every host that asked for one in the last ASK_US. One
+-- that stops asking (or dies) stops counting when its lease and its ask end.
 -- Returns  the algorithm's {allowed, remaining, reset_ms, wait_ms}, then
---          {granted units, lifetime µs, grant, units given back} (the holder's deadline
---          is its own clock when it sent the call + lifetime, so it ends before
---          Redis's; the units given back are what the named grant returned to the
---          budget, the rest of its unspent units lapsed).
+--          {granted units, lifetime µs, grant, units given back, cap, rate} (algorithm
+--          units; the holder's deadline is its own clock when it sent the call +
+--          lifetime, so it ends before Redis's; the units given back are what the named
+--          grant returned to the budget, the rest of its unspent units lapsed).
 local holder = ARGV[5]
 local given_back = tonumber(ARGV[6])
 local unspent = tonumber(ARGV[7])
 local want = tonumber(ARGV[8])
 local lifetime = tonumber(ARGV[9])
 local pace = tonumber(ARGV[10])
+-- A host that asked counts among the holders this long after, µs.
+local ASK_US = 1200000
 
 -- The hash, read once: `fields` has the algorithm's fields (strings), `leases` every
--- holder's lease {units, deadline, grant}.
+-- holder's lease {units, deadline, grant, cap, rate}, `asks` every holder's last ask's
+-- end (µs).
 local function read_state(key)
   local all = redis.call('HGETALL', key)
-  local fields, leases = {}, {}
+  local fields, leases, asks = {}, {}, {}
   for i = 1, #all, 2 do
     local f, v = all[i], all[i + 1]
-    if string.sub(f, 1, 2) == 'l:' then
-      local u, d, g = string.match(v, '^(%d+) (%d+) (%d+)$')
+    local kind = string.sub(f, 1, 2)
+    if kind == 'l:' then
+      local u, d, g, c, r = string.match(v, '^(%d+) (%d+) (%d+) ?(%d*) ?(%d*)$')
       if u then
-        leases[string.sub(f, 3)] = {tonumber(u), tonumber(d), tonumber(g)}
+        u = tonumber(u)
+        leases[string.sub(f, 3)] = {u, tonumber(d), tonumber(g), tonumber(c) or u,
+          tonumber(r) or 0}
       end
+    elseif kind == 'a:' then
+      asks[string.sub(f, 3)] = tonumber(v) or 0
     else
       fields[f] = v
     end
   end
-  return fields, leases
+  return fields, leases, asks
 end
 
--- Units out on every lease stored (lapsed ones included), and the latest deadline.
+-- Capacity out on every lease stored (lapsed ones included), the latest deadline, and
+-- the refill rate (µ-units/s) promised to slices.
 local function outstanding(leases)
-  local out, latest = 0, 0
+  local out, latest, promised = 0, 0, 0
   for _, l in pairs(leases) do
-    out = out + l[1]
+    out = out + l[4]
+    promised = promised + l[5]
     if l[2] > latest then
       latest = l[2]
     end
   end
-  return out, latest
+  return out, latest, promised
 end
 
 -- Settles the leases at `t`: a lease past its deadline lapses (its units are dropped,
 -- counted as spent: the holder may have spent them); the caller's own lease ends when
 -- the call gives back or asks (the caller stopped spending it). Only the grant the call
--- names, still before its deadline, gives its unspent units back. A stored grant the
--- call does not name (the caller never read its reply, or named a grant this node never
--- saw: a failover lost it) lapses as spent too: Redis never hands back units a holder
--- may have spent. Deletes the ended fields; returns the units given back to the budget
--- and the units still out on the other leases, their latest deadline, and whether any
--- lease ended.
+-- names, still before its deadline, gives its unspent units back (at most its cap). A
+-- stored grant the call does not name (the caller never read its reply, or named a
+-- grant this node never saw: a failover lost it) lapses as spent too: Redis never hands
+-- back units a holder may have spent. Deletes the ended fields; returns the units given
+-- back to the budget and the capacity still out on the other leases, their latest
+-- deadline, and whether any lease ended.
 local function settle_leases(key, leases, t)
   local back = 0
   local gone = {}
@@ -84,7 +100,7 @@ local function settle_leases(key, leases, t)
   for h, l in pairs(leases) do
     if h == holder and mine then
       if l[3] == given_back and l[2] > t then
-        back = math.min(unspent, l[1])
+        back = math.min(unspent, l[4])
       end
       gone[#gone + 1] = 'l:' .. h
     elseif l[2] <= t then
@@ -101,32 +117,41 @@ local function settle_leases(key, leases, t)
   return back, out, latest, #gone > 0
 end
 
--- Holders of the key after settle_leases(): the other hosts with a lease, and the caller.
-local function holders(leases)
-  local n = 1
+-- The hosts a grant is shared between after settle_leases(): the caller, the other
+-- hosts with a lease, and those that asked within ASK_US. Records the caller's ask
+-- (when it wants units) and drops asks that ended.
+local function holders(key, leases, asks)
+  local seen, n = {[holder] = true}, 1
   for h, _ in pairs(leases) do
-    if h ~= holder then
-      n = n + 1
+    if not seen[h] then
+      seen[h], n = true, n + 1
     end
+  end
+  local ended = {}
+  for h, until_us in pairs(asks) do
+    if until_us <= now then
+      ended[#ended + 1] = 'a:' .. h
+    elseif not seen[h] then
+      seen[h], n = true, n + 1
+    end
+  end
+  if #ended > 0 then
+    redis.call('HDEL', key, unpack(ended))
+  end
+  if want > 0 then
+    redis.call('HSET', key, 'a:' .. holder, digits(now + ASK_US))
   end
   return n
 end
 
--- A grant out of `avail` units (whole units of `unit` algorithm units): at most `want`,
--- at most avail ÷ holders and, when `refill` (units/µs) is given, the caller is paced
--- and less than two paces of refill are left, at most its share of the refill over the
--- pace; at least one whole unit when
--- one is there.
-local function grant_size(avail, unit, leases, refill)
+-- A grant out of `avail` units (whole units of `unit` algorithm units) shared by
+-- `asking` hosts: at most `want`, at most `total` ÷ asking (`total`: what is shared,
+-- `avail` when not given), at least one whole unit when one is there.
+local function grant_size(avail, unit, asking, total)
   if want <= 0 or avail < unit then
     return 0
   end
-  local asking = holders(leases)
-  local share = avail / asking
-  -- Little left (less than two paces of refill): the budget is the refill; share it.
-  if refill and pace > 0 and avail < 2 * refill * pace then
-    share = math.min(share, refill * pace / asking)
-  end
+  local share = (total or avail) / asking
   share = math.floor(share / unit) * unit
   if share < unit then
     share = unit
@@ -135,10 +160,14 @@ local function grant_size(avail, unit, leases, refill)
 end
 
 -- Records a new lease of `units` for the caller, ending at `deadline` (µs, Redis clock);
--- `n` is the key's last grant number. Returns the grant number.
-local function record_lease(key, units, deadline, n)
+-- `n` is the key's last grant number; a slice also has its `cap` and `rate`. Returns the
+-- grant number.
+local function record_lease(key, units, deadline, n, cap, rate)
   local g = (n or 0) + 1
-  redis.call('HSET', key, 'n', digits(g), 'l:' .. holder,
-    digits(units) .. ' ' .. digits(deadline) .. ' ' .. digits(g))
+  local v = digits(units) .. ' ' .. digits(deadline) .. ' ' .. digits(g)
+  if cap then
+    v = v .. ' ' .. digits(cap) .. ' ' .. digits(rate)
+  end
+  redis.call('HSET', key, 'n', digits(g), 'l:' .. holder, v)
   return g
 end

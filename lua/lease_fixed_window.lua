@@ -6,7 +6,7 @@
 -- ARGV     fixed_window.lua's (limit, window µs, cost, now), then lease.lua's (holder,
 --          grant given back, unspent units, wanted units, lifetime µs, pace µs)
 -- Returns  {allowed, remaining, reset_ms, wait_ms, granted units, lifetime µs, grant,
---          units given back}
+--          units given back, 0, 0} (a window's lease is never a slice)
 --
 -- A lease's units are counted in the window when granted (c += granted) and its
 -- deadline is at most the window's end, so every unit spent from it is spent inside the
@@ -16,7 +16,7 @@
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
-local fields, leases = read_state(KEYS[1])
+local fields, leases, asks = read_state(KEYS[1])
 local st_start, st_count = tonumber(fields.w), tonumber(fields.c)
 local st_n = tonumber(fields.n)
 if st_start and st_count then
@@ -41,7 +41,7 @@ if allowed then
 end
 local to_end = start + window - now
 local life = math.min(lifetime, to_end)
-local granted, grant = window_lease(math.max(limit - count, 0), leases, life, st_n)
+local granted, grant = window_lease(math.max(limit - count, 0), leases, asks, life, st_n, limit)
 if granted > 0 then
   count = count + granted
 end
@@ -63,4 +63,4 @@ if not allowed then
   end
 end
 return {allowed and 1 or 0, math.max(math.floor(limit - count), 0), reset, wait, granted,
-  granted > 0 and life or 0, grant, back}
+  granted > 0 and life or 0, grant, back, 0, 0}

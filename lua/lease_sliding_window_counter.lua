@@ -8,7 +8,7 @@
 --          (holder, grant given back, unspent units, wanted units, lifetime µs, pace
 --          µs)
 -- Returns  {allowed, remaining, reset_ms, wait_ms, granted units, lifetime µs, grant,
---          units given back}
+--          units given back, 0, 0} (a window's lease is never a slice)
 --
 -- A lease's units are counted in the current window when granted, with the estimate
 -- then (p × remaining weight + c) plus the grant at most `limit`; its deadline is at most
@@ -18,7 +18,7 @@
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
-local fields, leases = read_state(KEYS[1])
+local fields, leases, asks = read_state(KEYS[1])
 local st_start, st_current, st_previous = tonumber(fields.w), tonumber(fields.c), tonumber(fields.p)
 local st_n = tonumber(fields.n)
 if st_start and st_current and st_previous then
@@ -40,7 +40,7 @@ end
 local to_end = start + window - now
 local life = math.min(lifetime, to_end)
 local avail = math.max(math.floor(limit - estimate(current, previous, elapsed, window)), 0)
-local granted, grant = window_lease(avail, leases, life, st_n)
+local granted, grant = window_lease(avail, leases, asks, life, st_n, limit)
 if granted > 0 then
   current = current + granted
 end
@@ -56,4 +56,4 @@ if not allowed then
   wait = counter_wait(limit, window, cost, reset, start, current, previous)
 end
 return {allowed and 1 or 0, math.max(math.floor(limit - estimate(current, previous, elapsed, window)), 0),
-  reset, wait, granted, granted > 0 and life or 0, grant, back}
+  reset, wait, granted, granted > 0 and life or 0, grant, back, 0, 0}

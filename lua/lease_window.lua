@@ -17,14 +17,15 @@ local function give_back(leases, count, st_start, start)
   return count - back, returned, back
 end
 
--- A window's new lease: out of `avail` whole units, living `life` µs (at most the rest
--- of the window; no lease under 1 ms); `n` as record_lease()'s. Returns the units
--- granted and the grant number (0, 0: none).
-local function window_lease(avail, leases, life, n)
-  if life < 1000 then
+-- A window's new lease: out of `avail` whole units, at most the caller's share of the
+-- window's `limit` (so that hosts asking at once get equal parts of each window),
+-- living `life` µs (at most the rest of the window; no lease under 1 ms); `n` as
+-- record_lease()'s. Returns the units granted and the grant number (0, 0: none).
+local function window_lease(avail, leases, asks, life, n, limit)
+  if life < 1000 or want <= 0 then
     return 0, 0
   end
-  local granted = grant_size(avail, 1, leases)
+  local granted = grant_size(avail, 1, holders(KEYS[1], leases, asks), limit)
   if granted > 0 then
     return granted, record_lease(KEYS[1], granted, now + life, n)
   end

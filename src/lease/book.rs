@@ -110,7 +110,8 @@ impl<H> Book<H> {
                     state: Mutex::new(State::default()),
                     spare_us,
                     counts: Arc::clone(&self.counts),
-                    call: tokio::sync::Mutex::new(()),
+                    call: Arc::new(tokio::sync::Mutex::new(())),
+                    ended: tokio::sync::Notify::new(),
                     home: home(),
                 }))))
             }

@@ -9,22 +9,26 @@
 //!   nothing queued): every `CHECK` is one script call, as without leases;
 //! * **hot** (the key is busy, or a request found a call for it in flight): the next call
 //!   also takes a lease of about [`TAKE_US`] of this host's demand (Redis caps it at
-//!   what is left ÷ the hosts holding leases on the key); requests arriving meanwhile
-//!   wait for that call and are answered from its lease (source `lease`), so one call
-//!   serves many decisions;
+//!   what is left ÷ the hosts asking for the key); requests arriving meanwhile wait for
+//!   that call and are answered from its lease (source `lease`), so one call serves
+//!   many decisions;
 //! * **saturated** (Redis granted less than asked, with less than that left): the next
-//!   call waits until [`PACE_US`] after the last one, and asks for that long of demand;
-//!   meanwhile a request the lease cannot pay for is a DENY from the lease, without a
-//!   call. With less than two paces of refill left, Redis grants each such host at most
-//!   `PACE_US × refill rate ÷ holders`: hosts asking equally get equal shares, and one
-//!   that stops asking stops counting when its lease ends.
+//!   call, at once, asks with a pace of [`PACE_US`]. A bucket grants a *slice*: the
+//!   host's share of the capacity and of the refill rate (hosts asking lately share
+//!   equally), which this host refills itself until the deadline (its [`SLICE_LIFETIME_US`]
+//!   less the margins) while Redis refills the key slower by as much; a request the
+//!   slice cannot pay for yet is a DENY from the lease, without a call, and one finding
+//!   it short within [`SLICE_RENEW_US`] of its deadline renews it. A window grants the
+//!   host's share of the window. A host that gets nothing asks again when Redis's
+//!   `wait_ms` says (at least [`PACE_US`], at most [`LIFETIME_US`]), answering DENY from
+//!   the lease meanwhile.
 //!
 //! A lease is spent only before its deadline: this host's [`crate::clock::boottime_us`] when it
 //! *sent* the call, plus the lifetime Redis granted, minus [`DRIFT_MARGIN_US`] (and, for
 //! a bucket, minus [`CLOCK_JUMP_US`]). Redis's own deadline started later (when the call
 //! arrived), so it always ends after ours. A call that gives a lease back ends it at
-//! once, before it is sent. A key idle for [`IDLE_RETURN_US`], or whose lease ends within
-//! [`RENEW_AHEAD_US`], gives back what it holds ([`Book::sweep`]).
+//! once, before it is sent. A key idle for [`IDLE_RETURN_US`], or whose lump lease ends
+//! within [`RENEW_AHEAD_US`], gives back what it holds ([`Book::sweep`]).
 //!
 //! A grant whose reply was read is never forgotten before Redis acknowledged its end: a
 //! call that gives it back and fails, a reload ([`Book::retire`]), a sweep, or its
@@ -33,18 +37,25 @@
 //! units of the grant a call names; any other grant lapses as spent.
 
 mod book;
+mod state;
 
 pub use book::{new_holder_id, Book, Sizes};
 
 use book::Counts;
+use state::State;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 /// How long a lease is asked for, µs (windows: at most to the window's end).
 pub const LIFETIME_US: u64 = 1_000_000;
+/// How long a slice is asked for, µs: renewed about every `SLICE_LIFETIME_US −`
+/// [`CLOCK_JUMP_US`], so a saturated key costs each holder under one call a second.
+pub const SLICE_LIFETIME_US: u64 = 2_000_000;
 /// A hot key's lease is about this much of this host's demand, µs.
 pub const TAKE_US: u64 = 50_000;
-/// A saturated key asks Redis at most this often, and for this much demand, µs.
+/// A saturated key without a slice asks Redis at most this often (at most
+/// [`LIFETIME_US`] apart, as Redis's `wait_ms` says), µs; and a slice is sized for this
+/// much demand.
 pub const PACE_US: u64 = 200_000;
 /// Demand is counted in slots of this length, µs.
 pub const SLOT_US: u64 = 100_000;
@@ -55,9 +66,12 @@ pub const HOT_UNITS: u64 = 8;
 pub const DRIFT_MARGIN_US: u64 = 1000 + LIFETIME_US / 1000;
 /// A key not asked for this long gives its lease back, µs.
 pub const IDLE_RETURN_US: u64 = 200_000;
-/// A lease this close to its deadline is given back by the sweep (the next request takes
-/// a new one), µs.
+/// A lump lease this close to its deadline is given back by the sweep (the next request
+/// takes a new one), µs.
 pub const RENEW_AHEAD_US: u64 = 150_000;
+/// A slice this close to its deadline is renewed by the next request that finds it
+/// short (one call gives it back and takes the next), µs.
+pub const SLICE_RENEW_US: u64 = 50_000;
 /// A bucket's lease is spent for this much less than the lifetime Redis granted, µs:
 /// Redis's clock may jump ahead (or a failover land on a node whose clock is ahead) by
 /// this much without ending, in Redis, a lease its holder may still spend. A window's
@@ -67,6 +81,9 @@ pub const CLOCK_JUMP_US: u64 = 500_000;
 pub const FORGET_US: u64 = 10_000_000;
 /// The book is walked for such keys at most this often, µs.
 pub const FORGET_EVERY_US: u64 = 1_000_000;
+/// µ-units per unit of a rule: a lease's units are counted in µ-units on the holder (a
+/// slice refills by fractions of a unit).
+pub const UNIT: u64 = 1_000_000;
 
 /// What one lease call asks of Redis (besides the request it decides).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,14 +92,14 @@ pub struct Request {
     pub holder: Arc<str>,
     /// The grant given back (0: none).
     pub given_back: i64,
-    /// Units of that grant not spent, whole units of the rule.
+    /// µ-units of that grant not spent (a slice's refill until the call included).
     pub unspent: u64,
-    /// Units wanted in a new lease (0: none), whole units of the rule.
+    /// µ-units wanted in a new lease (0: none).
     pub want: u64,
     /// Lifetime asked, µs.
     pub lifetime_us: u64,
-    /// 0, or (saturated) how often this host asks, µs: Redis grants a bucket's holder at
-    /// most its share of the refill over that time.
+    /// 0, or (saturated) how often this host asks, µs: Redis grants a bucket's holder a
+    /// slice, its share of the capacity and of the refill rate.
     pub pace_us: u64,
     /// The book's reload generation when the call started (not sent: a lease granted
     /// to a call started before a reload is not spent).
@@ -107,15 +124,30 @@ impl Request {
 /// What Redis granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Granted {
-    /// Units, whole units of the rule (0: none).
+    /// µ-units handed over now (0: none).
     pub units: u64,
     /// Lifetime granted, µs (counted on the holder's clock from when it sent the call).
     pub lifetime_us: u64,
-    /// The grant's number, to give it back with.
+    /// The grant's number, to give it back with (0: no lease).
     pub grant: i64,
-    /// Units of the grant the call named that went back to the key's budget, whole units
-    /// of the rule (the rest of its unspent units lapsed).
+    /// µ-units of the grant the call named that went back to the key's budget (the rest
+    /// of its unspent units lapsed).
     pub returned: u64,
+    /// A slice: the µ-units the holder's own bucket may hold (0: a lump lease, `units`).
+    pub cap: u64,
+    /// A slice: its refill, µ-units/s, from the reply until the deadline.
+    pub rate: u64,
+}
+
+/// What the call's decision reported besides the grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reported {
+    /// Units the key could still take in Redis.
+    pub remaining: u64,
+    /// ms until the key is fully unused.
+    pub reset_ms: u64,
+    /// On DENY, ms until the request could pass in Redis (0 on ALLOW).
+    pub wait_ms: u64,
 }
 
 /// What a request gets from the key's lease state before any call.
@@ -129,9 +161,9 @@ pub enum Local {
         /// `reset_ms` Redis reported at the grant.
         reset_ms: u64,
     },
-    /// Saturated and paced: DENY without a call.
+    /// Saturated and paced, or a slice short of the cost: DENY without a call.
     Paced {
-        /// ms until this host asks Redis again.
+        /// ms until this host asks Redis again (a slice: until it holds the cost).
         wait_ms: u64,
         /// `reset_ms` Redis reported last.
         reset_ms: u64,
@@ -143,77 +175,6 @@ pub enum Local {
     },
 }
 
-/// One key's lease state on this host.
-///
-/// `grant` is the last grant read whose end Redis has not acknowledged (0: none), with
-/// `units` of it unspent; it may be spent only while `now < deadline_us` (0: not at all,
-/// it is only reported).
-#[derive(Debug, Default)]
-struct State {
-    units: u64,
-    /// Our clock (µs) after which the lease is not spent; 0: not spent.
-    deadline_us: u64,
-    grant: i64,
-    slot_start: u64,
-    slot_units: u64,
-    prev_units: u64,
-    /// A request found a call in flight in this slot or the previous one.
-    contended: u8,
-    last_use: u64,
-    /// Saturated: no call before this (our clock, µs).
-    paced_until: u64,
-    /// Saturated at the last grant.
-    saturated: bool,
-    remaining: u64,
-    reset_ms: u64,
-    in_flight: u32,
-}
-
-impl State {
-    fn holds(&self, now: u64) -> bool {
-        self.grant != 0 && now < self.deadline_us
-    }
-
-    /// Counts `units` asked at `now` in the demand slots.
-    fn count(&mut self, units: u64, now: u64) {
-        let age = now.saturating_sub(self.slot_start);
-        if age >= SLOT_US {
-            self.prev_units = if age < 2 * SLOT_US {
-                self.slot_units
-            } else {
-                0
-            };
-            self.slot_units = 0;
-            self.slot_start = now;
-            self.contended = (self.contended << 1) & 0b10;
-        }
-        self.slot_units += units;
-        self.last_use = now;
-    }
-
-    /// Units per second asked lately.
-    fn rate(&self) -> f64 {
-        self.slot_units.max(self.prev_units) as f64 * 1e6 / SLOT_US as f64
-    }
-
-    fn hot(&self) -> bool {
-        self.slot_units.max(self.prev_units) >= HOT_UNITS
-            || self.contended != 0
-            || self.in_flight > 0
-            || self.grant != 0
-    }
-
-    /// Stops spending the lease (its unspent units are final) and says how to name it
-    /// back: (grant, unspent), (0, 0) for none.
-    fn report(&mut self) -> (i64, u64) {
-        self.deadline_us = 0;
-        if self.grant == 0 {
-            self.units = 0;
-        }
-        (self.grant, self.units)
-    }
-}
-
 /// A key's entry in the book: its lease state, the lock its lease calls take (one at a
 /// time: requests behind it wait and are paid from its lease), and `H`, what the caller
 /// needs to reach Redis for it (the sweep gives leases back with it).
@@ -222,8 +183,11 @@ pub struct LeasedKey<H> {
     /// µs of a granted lifetime not spent ([`CLOCK_JUMP_US`] for buckets, else 0).
     spare_us: u64,
     counts: Arc<Counts>,
-    /// Held for the whole of a lease call; waited on by the requests behind it.
-    pub call: tokio::sync::Mutex<()>,
+    /// Held for the whole of a lease call (by the task running it, never by a
+    /// connection's); waited on by the requests behind it.
+    pub call: Arc<tokio::sync::Mutex<()>>,
+    /// Woken when a call ends (its turn given up), for the requests waiting on it.
+    pub ended: tokio::sync::Notify,
     /// The caller's handle for the key (its Redis key and rule).
     pub home: H,
 }
@@ -256,12 +220,30 @@ impl<H> LeasedKey<H> {
         if first {
             s.count(cost, now);
         }
-        if s.holds(now) && s.units >= cost {
-            s.units -= cost;
-            return Local::Taken {
-                remaining: s.remaining + s.units,
-                reset_ms: s.reset_ms,
-            };
+        let need = cost.saturating_mul(UNIT);
+        if s.holds(now) {
+            s.accrue(now);
+            if s.units >= need {
+                s.units -= need;
+                return Local::Taken {
+                    remaining: s.remaining + s.units / UNIT,
+                    reset_ms: s.reset_ms,
+                };
+            }
+            // A slice short of the cost: it refills; renewed near its deadline.
+            let renew = s.deadline_us - now <= SLICE_RENEW_US && s.in_flight == 0;
+            if s.rate > 0 && need <= s.cap && !renew {
+                // DENY until it holds the cost, or until it is renewed.
+                let short = u128::from(need - s.units) * 1_000_000;
+                let us = short.div_ceil(u128::from(s.rate));
+                let until = now
+                    .saturating_add(u64::try_from(us).unwrap_or(u64::MAX))
+                    .min(s.deadline_us - SLICE_RENEW_US.min(s.deadline_us - now));
+                return Local::Paced {
+                    wait_ms: until.saturating_sub(now).div_ceil(1000).max(1),
+                    reset_ms: s.reset_ms,
+                };
+            }
         }
         if now < s.paced_until {
             return Local::Paced {
@@ -283,16 +265,17 @@ impl<H> LeasedKey<H> {
         }
     }
 
-    /// Starts a call for a request of `cost` units (`hot`: with a lease; the caller holds
-    /// [`LeasedKey::call`]). Stops spending the lease held and names it (it is given back
-    /// in this call) and says what to ask: about [`TAKE_US`] of demand ([`PACE_US`] when
-    /// saturated), at least `cost`, at most `limit`. The call counts as in flight until
-    /// the [`Flight`] is dropped.
+    /// Starts a call at `now` for a request of `cost` units (`hot`: with a lease; the
+    /// caller holds [`LeasedKey::call`]). Stops spending the lease held and names it (it
+    /// is given back in this call) and says what to ask: about [`TAKE_US`] of demand
+    /// ([`PACE_US`] when saturated, and then a slice), at least `cost`, at most `limit`
+    /// units. The call counts as in flight until the [`Flight`] is dropped.
     pub fn begin(
         self: &Arc<Self>,
         cost: u64,
         limit: u64,
         hot: bool,
+        now: u64,
         holder: &Arc<str>,
     ) -> (Request, Flight<H>) {
         let mut s = self.state();
@@ -301,42 +284,61 @@ impl<H> LeasedKey<H> {
         if !hot {
             return (ask, flight);
         }
-        (ask.given_back, ask.unspent) = s.report();
+        (ask.given_back, ask.unspent) = s.report(now);
         let span = if s.saturated { PACE_US } else { TAKE_US };
-        let want = (s.rate() * span as f64 / 1e6).ceil() as u64;
-        ask.want = want.max(cost).max(1).min(limit);
-        ask.pace_us = if s.saturated { PACE_US } else { 0 };
+        let want = ((s.rate() * span as f64 / 1e6).ceil() as u64)
+            .max(cost)
+            .max(1);
+        // A slice is sized by the demand's rate, which may be many times the capacity;
+        // a lump lease is at most the capacity.
+        let want = if s.saturated { want } else { want.min(limit) };
+        ask.want = want.min(u64::MAX / UNIT).saturating_mul(UNIT);
+        if s.saturated {
+            ask.pace_us = PACE_US;
+            ask.lifetime_us = SLICE_LIFETIME_US;
+        }
         ask.generation = self.counts.generation.load(Ordering::Relaxed);
         (ask, flight)
     }
 
-    /// The call started at `sent_us` (our clock) with `ask` answered: the grant it named
-    /// has ended in Redis; keep its new lease, with `remaining`/`reset_ms` as Redis
-    /// reported them.
-    pub fn granted(&self, sent_us: u64, ask: &Request, g: Granted, remaining: u64, reset_ms: u64) {
+    /// The call started at `sent_us` (our clock) with `ask` was answered at `got_us`:
+    /// the grant it named has ended in Redis; keep its new lease (a slice refills from
+    /// `got_us`, when Redis had already taken it), with what Redis `reported`.
+    pub fn granted(
+        &self,
+        sent_us: u64,
+        got_us: u64,
+        ask: &Request,
+        g: Granted,
+        reported: Reported,
+    ) {
         let mut s = self.state();
-        s.remaining = remaining;
-        s.reset_ms = reset_ms;
+        s.remaining = reported.remaining;
+        s.reset_ms = reported.reset_ms;
         if ask.want == 0 && ask.given_back == 0 {
             return;
         }
         if ask.given_back != 0 && s.grant == ask.given_back {
-            self.counts.ended(ask.unspent, g.returned);
+            self.counts.ended(ask.unspent / UNIT, g.returned / UNIT);
             s.grant = 0;
             s.units = 0;
             s.deadline_us = 0;
+            (s.cap, s.rate) = (0, 0);
         }
-        if g.units > 0 && g.grant != 0 {
-            self.counts.granted(g.units);
+        if g.grant != 0 && (g.units > 0 || g.rate > 0) {
+            self.counts.granted(g.units / UNIT);
             if s.grant != 0 {
                 // Not possible with one call at a time; the older grant lapses in Redis.
-                self.counts.ended(s.units, 0);
+                self.counts.ended(s.units / UNIT, 0);
             }
             s.units = g.units;
             s.grant = g.grant;
-            let life = g
-                .lifetime_us
-                .saturating_sub(DRIFT_MARGIN_US + self.spare_us);
+            s.cap = g.cap.max(g.units);
+            s.rate = g.rate;
+            s.accrued_at = got_us.max(sent_us);
+            // The drift margin of the lifetime granted (DRIFT_MARGIN_US for LIFETIME_US).
+            let drift = 1000 + g.lifetime_us / 1000;
+            let life = g.lifetime_us.saturating_sub(drift + self.spare_us);
             let current = ask.generation == self.counts.generation.load(Ordering::Relaxed);
             // A lease granted to a call started before a reload is reported, not spent.
             s.deadline_us = if life > 0 && current {
@@ -345,16 +347,28 @@ impl<H> LeasedKey<H> {
                 0
             };
         }
+        let want = ask.want / UNIT;
         // Saturated: Redis had less than asked, and not enough left for another such
-        // lease.
-        s.saturated = ask.want > 0 && g.units < ask.want && remaining < ask.want;
-        s.paced_until = if s.saturated { sent_us + PACE_US } else { 0 };
+        // lease (a slice keeps the key saturated: its next lease is a slice too). Without
+        // a lease, the next call waits for what Redis said (a window's end, the leases
+        // that fill a bucket ending), at least PACE_US, at most a lifetime.
+        s.saturated =
+            ask.want > 0 && (g.rate > 0 || (g.units / UNIT < want && reported.remaining < want));
+        // The call that finds a key saturated was not asking for a slice: the next one,
+        // at once, does.
+        s.paced_until = if s.saturated && g.rate == 0 && ask.pace_us > 0 {
+            let wait = reported.wait_ms.saturating_mul(1000);
+            sent_us + wait.clamp(PACE_US, LIFETIME_US)
+        } else {
+            0
+        };
     }
 
     /// For the sweep: `Some(ask)` (the lease given back, nothing wanted) when the key
     /// holds a grant it should give back at `now`: one it no longer spends (a reload, a
-    /// call that failed, its deadline passed), or one idle for [`IDLE_RETURN_US`], or
-    /// within [`RENEW_AHEAD_US`] of its deadline. The caller holds [`LeasedKey::call`].
+    /// call that failed, its deadline passed), or one idle for [`IDLE_RETURN_US`], or a
+    /// lump lease within [`RENEW_AHEAD_US`] of its deadline. The caller holds
+    /// [`LeasedKey::call`].
     pub fn give_back(
         self: &Arc<Self>,
         now: u64,
@@ -366,18 +380,23 @@ impl<H> LeasedKey<H> {
         }
         if s.holds(now) {
             let idle = now.saturating_sub(s.last_use) >= IDLE_RETURN_US;
-            if !idle && s.deadline_us - now > RENEW_AHEAD_US {
+            let ahead = if s.rate > 0 { 0 } else { RENEW_AHEAD_US };
+            if !idle && s.deadline_us - now > ahead {
                 return None;
             }
         }
         let mut ask = Request::cold(holder);
-        (ask.given_back, ask.unspent) = s.report();
+        (ask.given_back, ask.unspent) = s.report(now);
         Some((ask, self.fly(&mut s)))
     }
 
     /// Stops spending the lease held: it is reported at the next call (a reload).
     fn retire(&self) {
-        self.state().report();
+        let mut s = self.state();
+        s.deadline_us = 0;
+        if s.grant == 0 {
+            s.units = 0;
+        }
     }
 
     /// True when the key holds nothing and was not asked for [`FORGET_US`].
@@ -386,13 +405,13 @@ impl<H> LeasedKey<H> {
         s.grant == 0 && s.in_flight == 0 && now.saturating_sub(s.last_use) >= FORGET_US
     }
 
-    /// Its grant not yet ended in Redis: (1, its unspent units), or (0, 0).
+    /// Its grant not yet ended in Redis: (1, its unspent whole units), or (0, 0).
     fn held(&self) -> (u64, u64) {
         let s = self.state();
         if s.grant == 0 {
             (0, 0)
         } else {
-            (1, s.units)
+            (1, s.units / UNIT)
         }
     }
 }

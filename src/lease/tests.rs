@@ -12,10 +12,19 @@ fn slot() -> Arc<LeasedKey<()>> {
 
 fn grant(units: u64, grant: i64) -> Granted {
     Granted {
-        units,
+        units: units * UNIT,
         lifetime_us: LIFETIME_US,
         grant,
-        returned: 0,
+        ..Granted::default()
+    }
+}
+
+/// What Redis reported with a grant: `remaining` units left, full in `reset_ms`.
+fn rep(remaining: u64, reset_ms: u64) -> Reported {
+    Reported {
+        remaining,
+        reset_ms,
+        wait_ms: 0,
     }
 }
 
@@ -24,15 +33,15 @@ fn leased(s: &Arc<LeasedKey<()>>, t: u64, units: u64, g: i64) {
     for i in 0..HOT_UNITS {
         s.spend(1, t + i, true);
     }
-    let (ask, _flight) = s.begin(1, 1000, true, &holder());
-    s.granted(t, &ask, grant(units, g), 50, 100);
+    let (ask, _flight) = s.begin(1, 1000, true, 0, &holder());
+    s.granted(t, t, &ask, grant(units, g), rep(50, 100));
 }
 
 #[test]
 fn a_cold_key_asks_without_a_lease() {
     let s = slot();
     assert_eq!(s.spend(1, 1_000_000, true), Local::Call { hot: false });
-    let (ask, _flight) = s.begin(1, 100, false, &holder());
+    let (ask, _flight) = s.begin(1, 100, false, 0, &holder());
     assert_eq!((ask.want, ask.given_back), (0, 0));
 }
 
@@ -44,17 +53,17 @@ fn a_busy_key_takes_a_lease_and_spends_it_until_its_deadline() {
         s.spend(1, t + i, true);
     }
     assert_eq!(s.spend(1, t + 10, true), Local::Call { hot: true });
-    let (ask, flight) = s.begin(1, 1000, true, &holder());
-    assert!(ask.want >= 1 && ask.want <= 1000, "{ask:?}");
-    s.granted(t + 10, &ask, grant(2, 7), 50, 100);
+    let (ask, flight) = s.begin(1, 1000, true, 0, &holder());
+    assert!(ask.want >= UNIT && ask.want <= 1000 * UNIT, "{ask:?}");
+    s.granted(t + 10, t + 10, &ask, grant(2, 7), rep(50, 100));
     drop(flight);
     assert!(matches!(s.spend(1, t + 20, true), Local::Taken { .. }));
     // After the deadline (sent + lifetime − margin), nothing is spent from it.
     let late = t + 10 + LIFETIME_US - DRIFT_MARGIN_US;
     assert!(matches!(s.spend(1, late, true), Local::Call { .. }));
     // The next call gives the lease back with its unspent unit.
-    let (ask, _flight) = s.begin(1, 1000, true, &holder());
-    assert_eq!((ask.given_back, ask.unspent), (7, 1));
+    let (ask, _flight) = s.begin(1, 1000, true, 0, &holder());
+    assert_eq!((ask.given_back, ask.unspent), (7, UNIT));
 }
 
 #[test]
@@ -76,17 +85,17 @@ fn a_grant_is_named_until_redis_acknowledges_its_end() {
     leased(&s, t, 10, 4);
     s.spend(3, t + 1, true);
     // A call that fails: the grant is not spent any more, and named again.
-    let (ask, flight) = s.begin(1, 1000, true, &holder());
-    assert_eq!((ask.given_back, ask.unspent), (4, 7));
+    let (ask, flight) = s.begin(1, 1000, true, 0, &holder());
+    assert_eq!((ask.given_back, ask.unspent), (4, 7 * UNIT));
     drop(flight);
     assert!(matches!(s.spend(1, t + 2, true), Local::Call { hot: true }));
-    let (again, _flight) = s.begin(1, 1000, true, &holder());
-    assert_eq!((again.given_back, again.unspent), (4, 7));
+    let (again, _flight) = s.begin(1, 1000, true, 0, &holder());
+    assert_eq!((again.given_back, again.unspent), (4, 7 * UNIT));
     // Answered: the grant ended in Redis; the new one is spent.
-    s.granted(t + 3, &again, grant(5, 9), 50, 100);
+    s.granted(t + 3, t + 3, &again, grant(5, 9), rep(50, 100));
     assert!(matches!(s.spend(1, t + 4, true), Local::Taken { .. }));
-    let (next, _flight) = s.begin(1, 1000, true, &holder());
-    assert_eq!((next.given_back, next.unspent), (9, 4));
+    let (next, _flight) = s.begin(1, 1000, true, 0, &holder());
+    assert_eq!((next.given_back, next.unspent), (9, 4 * UNIT));
 }
 
 #[test]
@@ -97,36 +106,49 @@ fn a_reload_stops_spending_and_still_names_the_grant() {
     leased(&s, t, 10, 3);
     s.spend(2, t + 1, true);
     // A call in flight across the reload: its lease is named, never spent.
-    let (ask, flight) = s.begin(1, 1000, true, &holder());
+    let (ask, flight) = s.begin(1, 1000, true, 0, &holder());
     book.retire();
-    s.granted(t + 2, &ask, grant(6, 4), 50, 100);
+    s.granted(t + 2, t + 2, &ask, grant(6, 4), rep(50, 100));
     drop(flight);
     assert!(matches!(s.spend(1, t + 3, true), Local::Call { hot: true }));
-    let (next, _flight) = s.begin(1, 1000, true, &holder());
-    assert_eq!((next.given_back, next.unspent), (4, 6));
+    let (next, _flight) = s.begin(1, 1000, true, 0, &holder());
+    assert_eq!((next.given_back, next.unspent), (4, 6 * UNIT));
     // A lease held at a reload: not spent, named with all it had.
-    s.granted(t + 4, &next, grant(5, 5), 50, 100);
+    s.granted(t + 4, t + 4, &next, grant(5, 5), rep(50, 100));
     book.kept(1, &s);
     book.retire();
     assert!(matches!(s.spend(1, t + 5, true), Local::Call { hot: true }));
     let (ask, _flight) = s.give_back(t + 6, &holder()).expect("retired");
-    assert_eq!((ask.given_back, ask.unspent, ask.want), (5, 5, 0));
+    assert_eq!((ask.given_back, ask.unspent, ask.want), (5, 5 * UNIT, 0));
 }
 
 #[test]
-fn a_saturated_key_is_paced() {
+fn a_saturated_key_asks_for_a_slice_and_is_paced_without_one() {
     let s = slot();
     let t = 1_000_000;
     s.spend(100, t, true);
-    let (ask, _flight) = s.begin(1, 1000, true, &holder());
-    s.granted(t, &ask, grant(1, 1), 0, 100);
+    let (ask, _flight) = s.begin(1, 1000, true, t, &holder());
+    s.granted(t, t, &ask, grant(1, 1), rep(0, 100));
     assert!(matches!(s.spend(1, t + 1, true), Local::Taken { .. }));
-    match s.spend(1, t + 2, true) {
-        Local::Paced { wait_ms, .. } => assert!((1..=PACE_US / 1000).contains(&wait_ms)),
+    // Saturated: the next call, at once, asks for a slice.
+    assert!(matches!(s.spend(1, t + 2, true), Local::Call { hot: true }));
+    let (ask, _flight) = s.begin(1, 1000, true, t + 2, &holder());
+    assert_eq!((ask.pace_us, ask.lifetime_us), (PACE_US, SLICE_LIFETIME_US));
+    // None to be had (other holders have the capacity): paced as Redis's wait_ms says.
+    let none = Reported {
+        remaining: 0,
+        reset_ms: 100,
+        wait_ms: 700,
+    };
+    s.granted(t + 2, t + 2, &ask, Granted::default(), none);
+    match s.spend(1, t + 3, true) {
+        Local::Paced { wait_ms, .. } => assert_eq!(wait_ms, 700),
         other => panic!("{other:?}"),
     }
-    assert!(matches!(s.spend(1, t + PACE_US, true), Local::Call { .. }));
-    assert_eq!(s.begin(1, 1000, true, &holder()).0.pace_us, PACE_US);
+    assert!(matches!(
+        s.spend(1, t + 2 + 700_000, true),
+        Local::Call { .. }
+    ));
 }
 
 #[test]
@@ -134,17 +156,17 @@ fn an_idle_or_dead_lease_is_given_back_until_acknowledged() {
     let s = slot();
     let t = 1_000_000;
     s.spend(1, t, true);
-    let (ask, flight) = s.begin(1, 1000, true, &holder());
-    s.granted(t, &ask, grant(5, 3), 100, 100);
+    let (ask, flight) = s.begin(1, 1000, true, 0, &holder());
+    s.granted(t, t, &ask, grant(5, 3), rep(100, 100));
     drop(flight);
     assert!(s.give_back(t + 1, &holder()).is_none());
     let (back, flight) = s.give_back(t + IDLE_RETURN_US, &holder()).expect("idle");
-    assert_eq!((back.given_back, back.unspent, back.want), (3, 5, 0));
+    assert_eq!((back.given_back, back.unspent, back.want), (3, 5 * UNIT, 0));
     drop(flight);
     // The give-back failed: named again, even past the deadline.
     let (back, flight) = s.give_back(t + 2 * LIFETIME_US, &holder()).expect("named");
-    assert_eq!((back.given_back, back.unspent), (3, 5));
-    s.granted(t, &back, Granted::default(), 100, 100);
+    assert_eq!((back.given_back, back.unspent), (3, 5 * UNIT));
+    s.granted(t, t, &back, Granted::default(), rep(100, 100));
     drop(flight);
     assert!(s.give_back(t + 2 * LIFETIME_US, &holder()).is_none());
 }
@@ -153,7 +175,7 @@ fn an_idle_or_dead_lease_is_given_back_until_acknowledged() {
 fn a_call_dropped_mid_flight_is_no_longer_counted() {
     let book: Book<()> = Book::new(holder(), 10);
     let s = book.slot(1, 0, || ()).expect("room");
-    let (_ask, flight) = s.begin(1, 1000, true, &holder());
+    let (_ask, flight) = s.begin(1, 1000, true, 0, &holder());
     assert_eq!(book.sizes().in_flight, 1);
     drop(flight);
     assert_eq!(book.sizes().in_flight, 0);
@@ -179,8 +201,8 @@ fn the_sweep_sees_the_keys_that_kept_a_grant() {
         book.slot(2, 0, || ()).expect("room"),
     );
     let t = 1_000_000;
-    let (ask, flight) = a.begin(1, 1000, true, &holder());
-    a.granted(t, &ask, grant(5, 9), 100, 100);
+    let (ask, flight) = a.begin(1, 1000, true, 0, &holder());
+    a.granted(t, t, &ask, grant(5, 9), rep(100, 100));
     drop(flight);
     book.kept(1, &a);
     book.kept(2, &b);
@@ -192,10 +214,10 @@ fn the_sweep_sees_the_keys_that_kept_a_grant() {
     assert_eq!(book.len(), 2);
     let (back, flight) = a.give_back(t + IDLE_RETURN_US, &holder()).expect("idle");
     let returned = Granted {
-        returned: 5,
+        returned: 5 * UNIT,
         ..Granted::default()
     };
-    a.granted(t, &back, returned, 100, 100);
+    a.granted(t, t, &back, returned, rep(100, 100));
     drop(flight);
     // Entries a request still holds are kept: these are the test's own.
     drop((a, b, swept));
@@ -224,4 +246,69 @@ fn an_entry_taken_by_a_request_is_not_forgotten_before_it_spends() {
     drop((taken, again));
     book.sweep(2 * later);
     assert!(entry.upgrade().is_none(), "forgotten once nobody holds it");
+}
+
+#[test]
+fn a_slice_refills_at_its_rate_up_to_its_cap_until_its_deadline() {
+    let s = slot();
+    let t = 1_000_000;
+    for i in 0..HOT_UNITS {
+        s.spend(1, t + i, true);
+    }
+    let (ask, flight) = s.begin(1, 1000, true, t, &holder());
+    let slice = Granted {
+        units: 0,
+        lifetime_us: LIFETIME_US,
+        grant: 3,
+        returned: 0,
+        cap: 4 * UNIT,
+        rate: 1000 * UNIT,
+    };
+    // Answered 100 µs after it was sent: the refill counts from then.
+    s.granted(t, t + 100, &ask, slice, rep(0, 10));
+    drop(flight);
+    match s.spend(1, t + 100, true) {
+        Local::Paced { wait_ms, .. } => assert_eq!(wait_ms, 1),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(s.spend(1, t + 1100, true), Local::Taken { .. }));
+    assert!(matches!(s.spend(1, t + 1100, true), Local::Paced { .. }));
+    // Idle a while: it holds at most its cap.
+    for _ in 0..4 {
+        assert!(matches!(s.spend(1, t + 100_000, true), Local::Taken { .. }));
+    }
+    assert!(matches!(s.spend(1, t + 100_000, true), Local::Paced { .. }));
+    // Near its deadline a request renews it; the refill until the call is reported.
+    let deadline = t + LIFETIME_US - DRIFT_MARGIN_US;
+    let near = deadline - SLICE_RENEW_US / 2;
+    for _ in 0..4 {
+        assert!(matches!(s.spend(1, near, true), Local::Taken { .. }));
+    }
+    assert!(matches!(s.spend(1, near, true), Local::Call { hot: true }));
+    let (back, _flight) = s.begin(1, 1000, true, near + 500, &holder());
+    assert_eq!((back.given_back, back.unspent), (3, UNIT / 2));
+    assert_eq!(back.pace_us, PACE_US, "a slice's next lease is a slice");
+}
+
+#[test]
+fn a_slice_reports_its_refill_until_the_call_and_none_after_its_deadline() {
+    let s = slot();
+    let t = 1_000_000;
+    s.spend(1, t, true);
+    let (ask, flight) = s.begin(1, 1000, true, t, &holder());
+    let slice = Granted {
+        units: 0,
+        lifetime_us: LIFETIME_US,
+        grant: 5,
+        returned: 0,
+        cap: 1000 * UNIT,
+        rate: 1000 * UNIT,
+    };
+    s.granted(t, t, &ask, slice, rep(0, 10));
+    drop(flight);
+    let deadline = t + LIFETIME_US - DRIFT_MARGIN_US;
+    // Past the deadline: what it refilled until the deadline only.
+    let (back, _flight) = s.give_back(deadline + 500_000, &holder()).expect("ended");
+    assert_eq!(back.given_back, 5);
+    assert_eq!(back.unspent, (deadline - t) * 1000 * UNIT / 1_000_000);
 }

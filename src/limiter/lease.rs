@@ -24,7 +24,7 @@ use crate::clock::local_clock_us;
 use crate::config::{OnRedisFailure, Rule};
 use crate::decision::{Decision, Source};
 use crate::fallback::decide_without_redis;
-use crate::lease::{Local, Request, CLOCK_JUMP_US};
+use crate::lease::{LeasedKey, Local, Reported, Request, CLOCK_JUMP_US};
 use crate::store::{Store, StoreError};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -82,49 +82,117 @@ impl<S: Store> Limiter<S> {
         let Some(route) = redis.route(&redis_key) else {
             return self.fallback(entry, key, key_bytes, cost, now_us);
         };
-        let Some(in_flight) = peer.call_permit() else {
-            return self.no_redis_slot(entry, key, cost, peer);
-        };
-        entry.sent(key, key_bytes, now_us);
         let (this, redis, entry) = (Arc::clone(self), Arc::clone(redis), Arc::clone(entry));
-        Check::Redis(Box::pin(async move {
-            let rule = Arc::clone(&entry.rule);
-            let Some(slot) = slot else {
-                let request = Request::cold(&this.leases.holder);
-                let at = redis_key.clone();
-                let call = redis.lease(route, at, rule.params, cost, request, in_flight);
-                let d = this.answered(&rule, key, cost, &redis_key, call.await.map(|(o, _)| o));
-                return this.record(&entry, key, d);
-            };
-            let _turn = if hot {
-                let Ok(turn) = tokio::time::timeout(redis.timeout(), slot.call.lock()).await else {
-                    return this.record(&entry, key, decide_here(&this, &rule, key, cost));
+        match slot {
+            Some(slot) if hot => {
+                entry.sent(key, key_bytes, now_us);
+                let deadline = tokio::time::Instant::now() + redis.timeout();
+                let peer = peer.clone();
+                Check::Redis(Box::pin(async move {
+                    let d = this
+                        .hot_call(&entry.rule, &redis, route, slot, key, cost, &peer, deadline)
+                        .await;
+                    this.record(&entry, key, d)
+                }))
+            }
+            slot => {
+                let Some(in_flight) = peer.call_permit() else {
+                    return self.no_redis_slot(&entry, key, cost, peer);
                 };
-                // The call before ours may have brought a lease that pays for this one.
-                if let Some(d) =
-                    lease_decision(&rule, slot.spend(u64::from(cost), boottime_us(), false))
-                {
-                    return this.record(&entry, key, d);
-                }
-                Some(turn)
-            } else {
-                None
+                entry.sent(key, key_bytes, now_us);
+                Check::Redis(Box::pin(async move {
+                    let rule = Arc::clone(&entry.rule);
+                    let request = Request::cold(&this.leases.holder);
+                    // A key on the per-request path (cold, or the book full): counted in
+                    // flight while its call runs, so that it stays in the book.
+                    let _flight = slot
+                        .as_ref()
+                        .map(|s| s.begin(0, 0, false, 0, &request.holder).1);
+                    let at = redis_key.clone();
+                    let call = redis.lease(route, at, rule.params, cost, request, in_flight);
+                    let d = this.answered(&rule, key, cost, &redis_key, call.await.map(|(o, _)| o));
+                    this.record(&entry, key, d)
+                }))
+            }
+        }
+    }
+
+    /// A hot key's request that its lease cannot settle: waits for the key's call in
+    /// flight (one at a time per key) and is paid from its lease, or makes the next call.
+    /// The call runs in a task of its own, holding the key's turn and a Redis in-flight
+    /// permit (taken only once the turn is ours), so a client that stops reading its
+    /// replies holds up no other client's request; and the request is answered by
+    /// `deadline` (`redis.timeout_ms` after it arrived) whatever the call does, per
+    /// `on_redis_failure` when the answer is late (the call goes on and keeps its lease).
+    #[allow(clippy::too_many_arguments)]
+    async fn hot_call(
+        self: &Arc<Self>,
+        rule: &Arc<Rule>,
+        redis: &Arc<S>,
+        route: S::Route,
+        slot: Arc<LeasedKey<Home<S>>>,
+        key: u64,
+        cost: u32,
+        peer: &Peer,
+        deadline: tokio::time::Instant,
+    ) -> Decision {
+        // Never queued on the lock itself: a queued waiter is handed the lock in turn even
+        // if its connection's task stopped polling it. Woken instead when a call ends,
+        // each waiter looks at the lease again and tries to take the turn.
+        let turn = loop {
+            let ended = slot.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if let Ok(turn) = Arc::clone(&slot.call).try_lock_owned() {
+                break turn;
+            }
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                return decide_here(self, rule, key, cost);
+            }
+            // The call before ours may have brought a lease that pays for this one.
+            let now = boottime_us();
+            if let Some(d) = lease_decision(rule, slot.spend(u64::from(cost), now, false)) {
+                return d;
+            }
+        };
+        if let Some(d) = lease_decision(rule, slot.spend(u64::from(cost), boottime_us(), false)) {
+            return d;
+        }
+        let Some(in_flight) = peer.call_permit() else {
+            return decide_here(self, rule, key, cost);
+        };
+        let sent_us = boottime_us();
+        let (request, flight) = slot.begin(
+            u64::from(cost),
+            rule.limit(),
+            true,
+            sent_us,
+            &self.leases.holder,
+        );
+        let (this, redis, rule_c) = (Arc::clone(self), Arc::clone(redis), Arc::clone(rule));
+        let redis_key = slot.home.key.clone();
+        let call = tokio::spawn(async move {
+            let _turn = TurnEnds {
+                turn: Some(turn),
+                key: Arc::clone(&slot),
             };
-            let (request, _flight) =
-                slot.begin(u64::from(cost), rule.limit(), hot, &this.leases.holder);
+            let _flight = flight;
             let asked = Instant::now();
-            let sent_us = boottime_us();
-            let at = redis_key.clone();
-            let call = redis.lease(route, at, rule.params, cost, request.clone(), in_flight);
-            let answer = call.await;
+            let at = slot.home.key.clone();
+            let answer = redis
+                .lease(route, at, rule_c.params, cost, request.clone(), in_flight)
+                .await;
             this.redis_calls.took(asked.elapsed());
             if let Ok((o, granted)) = &answer {
-                slot.granted(sent_us, &request, *granted, o.remaining, o.reset_ms);
+                slot.granted(sent_us, boottime_us(), &request, *granted, reported(o));
                 this.leases.kept(key, &slot);
             }
-            let d = this.answered(&rule, key, cost, &redis_key, answer.map(|(o, _)| o));
-            this.record(&entry, key, d)
-        }))
+            answer.map(|(o, _)| o)
+        });
+        match tokio::time::timeout_at(deadline, call).await {
+            Ok(Ok(answer)) => self.answered(rule, key, cost, &redis_key, answer),
+            _ => decide_here(self, rule, key, cost),
+        }
     }
 
     /// The decision of a lease call's answer (`Err`: decided here, per
@@ -217,8 +285,12 @@ impl<S: Store> Limiter<S> {
         };
         let now = boottime_us();
         for slot in self.leases.sweep(now) {
-            let Ok(_turn) = slot.call.try_lock() else {
+            let Ok(turn) = Arc::clone(&slot.call).try_lock_owned() else {
                 continue;
+            };
+            let _turn = TurnEnds {
+                turn: Some(turn),
+                key: Arc::clone(&slot),
             };
             let Some(route) = redis.route(&slot.home.key) else {
                 continue;
@@ -231,9 +303,32 @@ impl<S: Store> Limiter<S> {
                 .lease(route, key, params, 0, request.clone(), ())
                 .await
             {
-                slot.granted(now, &request, g, o.remaining, o.reset_ms);
+                slot.granted(now, boottime_us(), &request, g, reported(&o));
             }
         }
+    }
+}
+
+/// A key's turn to call Redis, held by the task running the call: given up when that
+/// task ends (answered, failed or abandoned), then every request waiting for it is woken.
+struct TurnEnds<S: Store> {
+    turn: Option<tokio::sync::OwnedMutexGuard<()>>,
+    key: Arc<LeasedKey<Home<S>>>,
+}
+
+impl<S: Store> Drop for TurnEnds<S> {
+    fn drop(&mut self) {
+        drop(self.turn.take());
+        self.key.ended.notify_waiters();
+    }
+}
+
+/// What a lease call's decision reported, for the lease state.
+fn reported(o: &crate::algorithm::Outcome) -> Reported {
+    Reported {
+        remaining: o.remaining,
+        reset_ms: o.reset_ms,
+        wait_ms: if o.allowed { 0 } else { o.wait_ms },
     }
 }
 

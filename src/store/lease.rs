@@ -32,6 +32,6 @@ impl RedisStore {
                 scripts::lease_args(params, cost, request)
             })
             .await?;
-        scripts::lease_reply(&reply)
+        scripts::lease_reply(params, &reply)
     }
 }

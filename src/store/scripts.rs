@@ -5,7 +5,7 @@
 //! Nothing here is per algorithm: a new algorithm's `SPEC` and `Shape` give all of it,
 //! except the lease scripts (`lua/lease_*.lua`), listed in [`lease_lua`].
 
-use crate::algorithm::{Arg, Family, Kind, Outcome, Params, MICRO};
+use crate::algorithm::{Arg, Family, Kind, Outcome, Params};
 use crate::lease::{Granted, Request};
 use fred::error::{Error, ErrorKind};
 use fred::types::scripts::Script;
@@ -182,46 +182,57 @@ pub fn outcome(reply: &[i64]) -> Result<Outcome, Error> {
 }
 
 /// The lease script's arguments: the decision's three, `""` for "now" (Redis TIME), then
-/// the lease's (holder, grant given back, unspent, wanted, lifetime µs, pace µs),
-/// units scaled to µ-units for buckets as costs are.
+/// the lease's (holder, grant given back, unspent, wanted, lifetime µs, pace µs), the
+/// holder's µ-units in the algorithm's units (µ-tokens for buckets, whole units, floored,
+/// for windows).
 pub fn lease_args(params: &Params, cost: u32, ask: &Request) -> Vec<Value> {
-    let scale = unit_scale(params);
+    let per = lease_unit(params);
     let mut args = args(params, cost);
     args.push(Value::from(""));
     args.push(Value::from(&*ask.holder));
     args.push(Value::Integer(ask.given_back));
-    args.push(Value::Integer((ask.unspent as f64 * scale) as i64));
-    args.push(Value::Integer((ask.want as f64 * scale) as i64));
+    args.push(Value::Integer(
+        i64::try_from(ask.unspent / per).unwrap_or(i64::MAX),
+    ));
+    args.push(Value::Integer(
+        i64::try_from(ask.want / per).unwrap_or(i64::MAX),
+    ));
     args.push(Value::Integer(ask.lifetime_us as i64));
     args.push(Value::Integer(ask.pace_us as i64));
     args
 }
 
-/// Algorithm units per unit of a rule: µ-units for buckets, 1 for windows.
-fn unit_scale(params: &Params) -> f64 {
+/// The holder's µ-units per unit of the algorithm: 1 for buckets (µ-tokens), 10^6 for
+/// windows (whole units).
+fn lease_unit(params: &Params) -> u64 {
     match params.kind().spec().family {
-        Family::Bucket { .. } => MICRO,
-        Family::Window { .. } | Family::Slots => 1.0,
+        Family::Bucket { .. } => 1,
+        Family::Window { .. } | Family::Slots => crate::lease::UNIT,
     }
 }
 
-/// Reads a lease script's reply: the decision's four integers, then granted units (whole
-/// units of the rule), the lease's lifetime in µs, its grant number and the units the
-/// grant named gave back.
-pub fn lease_reply(reply: &[i64]) -> Result<(Outcome, Granted), Error> {
+/// Reads a lease script's reply: the decision's four integers, then (in the algorithm's
+/// units) the units granted now, the lease's lifetime in µs, its grant number, the units
+/// the grant named gave back, and a slice's cap and refill (per s); in the holder's
+/// µ-units.
+pub fn lease_reply(params: &Params, reply: &[i64]) -> Result<(Outcome, Granted), Error> {
+    let per = lease_unit(params);
+    let mu = |v: i64| (v.max(0) as u64).saturating_mul(per);
     match *reply {
-        [a, b, c, d, units, lifetime_us, grant, returned] => Ok((
+        [a, b, c, d, units, lifetime_us, grant, returned, cap, rate] => Ok((
             outcome(&[a, b, c, d])?,
             Granted {
-                units: units.max(0) as u64,
+                units: mu(units),
                 lifetime_us: lifetime_us.max(0) as u64,
                 grant,
-                returned: returned.max(0) as u64,
+                returned: mu(returned),
+                cap: mu(cap),
+                rate: mu(rate),
             },
         )),
         _ => Err(Error::new(
             ErrorKind::Parse,
-            format!("lease script returned {reply:?}, expected 8 integers"),
+            format!("lease script returned {reply:?}, expected 10 integers"),
         )),
     }
 }

@@ -24,14 +24,19 @@ impl Setup {
     }
 
     pub fn start_with(cluster: impl FnOnce() -> RedisCluster, rules: &str) -> Setup {
+        Self::start_n(3, cluster, rules)
+    }
+
+    /// `daemons` daemons on the cluster `cluster()` starts, each with `rules`.
+    pub fn start_n(daemons: usize, cluster: impl FnOnce() -> RedisCluster, rules: &str) -> Setup {
         let one_at_a_time = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let cluster = cluster();
         let config = format!(
             "[redis]\nmode = \"cluster\"\nnodes = {}\ntimeout_ms = 150\nprefix = \"rl\"\n\n[fallback]\nhosts = \"auto\"\n\n{rules}",
             toml_str_array(&cluster.addrs())
         );
-        let daemons: Vec<Daemon> = (0..3).map(|_| Daemon::start(&config)).collect();
-        // Every daemon's heartbeat has counted the three (HEARTBEAT_EVERY = 1 s).
+        let daemons: Vec<Daemon> = (0..daemons).map(|_| Daemon::start(&config)).collect();
+        // Every daemon's heartbeat has counted the others (HEARTBEAT_EVERY = 1 s).
         thread::sleep(Duration::from_millis(2500));
         Setup {
             daemons,

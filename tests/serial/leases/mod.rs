@@ -11,8 +11,14 @@
 //! The harness (daemons, load threads, tallies) is in `harness.rs`.
 
 use crate::common;
+mod failover;
+mod fairness;
 mod faults;
 mod harness;
+mod migration;
+mod outage;
+mod shapes;
+mod stalled;
 
 use common::*;
 use harness::*;

@@ -1,0 +1,97 @@
+//! One key's lease state on this host (no I/O, no lock: [`super::LeasedKey`] holds it
+//! in a mutex): the grant it holds and may spend until its deadline, a slice's refill,
+//! and the demand counted in slots that makes a key hot.
+
+use super::{HOT_UNITS, SLOT_US};
+
+/// One key's lease state on this host.
+///
+/// `grant` is the last grant read whose end Redis has not acknowledged (0: none), with
+/// `units` µ-units of it unspent; it may be spent only while `now < deadline_us` (0: not
+/// at all, it is only reported). A slice (`rate > 0`) refills `units` at `rate` µ-units/s
+/// up to `cap`, from `accrued_at` until the deadline.
+#[derive(Debug, Default)]
+pub(super) struct State {
+    pub(super) units: u64,
+    /// Our clock (µs) after which the lease is not spent; 0: not spent.
+    pub(super) deadline_us: u64,
+    pub(super) grant: i64,
+    pub(super) cap: u64,
+    pub(super) rate: u64,
+    /// Our clock (µs) up to which the slice's refill is in `units`.
+    pub(super) accrued_at: u64,
+    pub(super) slot_start: u64,
+    pub(super) slot_units: u64,
+    pub(super) prev_units: u64,
+    /// A request found a call in flight in this slot or the previous one.
+    pub(super) contended: u8,
+    pub(super) last_use: u64,
+    /// Saturated: no call before this (our clock, µs).
+    pub(super) paced_until: u64,
+    /// Saturated at the last grant.
+    pub(super) saturated: bool,
+    pub(super) remaining: u64,
+    pub(super) reset_ms: u64,
+    pub(super) in_flight: u32,
+}
+
+impl State {
+    pub(super) fn holds(&self, now: u64) -> bool {
+        self.grant != 0 && now < self.deadline_us
+    }
+
+    /// Adds a slice's refill up to `now` (never past its deadline) to `units`.
+    pub(super) fn accrue(&mut self, now: u64) {
+        let until = now.min(self.deadline_us);
+        if self.rate == 0 || until <= self.accrued_at {
+            return;
+        }
+        let add = u128::from(self.rate) * u128::from(until - self.accrued_at) / 1_000_000;
+        self.units = self
+            .units
+            .saturating_add(u64::try_from(add).unwrap_or(u64::MAX))
+            .min(self.cap);
+        self.accrued_at = until;
+    }
+
+    /// Counts `units` (whole) asked at `now` in the demand slots.
+    pub(super) fn count(&mut self, units: u64, now: u64) {
+        let age = now.saturating_sub(self.slot_start);
+        if age >= SLOT_US {
+            self.prev_units = if age < 2 * SLOT_US {
+                self.slot_units
+            } else {
+                0
+            };
+            self.slot_units = 0;
+            self.slot_start = now;
+            self.contended = (self.contended << 1) & 0b10;
+        }
+        self.slot_units += units;
+        self.last_use = now;
+    }
+
+    /// Units per second asked lately.
+    pub(super) fn rate(&self) -> f64 {
+        self.slot_units.max(self.prev_units) as f64 * 1e6 / SLOT_US as f64
+    }
+
+    pub(super) fn hot(&self) -> bool {
+        self.slot_units.max(self.prev_units) >= HOT_UNITS
+            || self.contended != 0
+            || self.in_flight > 0
+            || self.grant != 0
+    }
+
+    /// Stops spending the lease at `now` (its unspent units, a slice's refill until now
+    /// included, are final) and says how to name it back: (grant, unspent µ-units),
+    /// (0, 0) for none.
+    pub(super) fn report(&mut self, now: u64) -> (i64, u64) {
+        self.accrue(now);
+        self.deadline_us = 0;
+        if self.grant == 0 {
+            self.units = 0;
+        }
+        (self.grant, self.units)
+    }
+}

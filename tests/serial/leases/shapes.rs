@@ -1,0 +1,170 @@
+//! Saturated keys of every shape are fully used: with demand far above the rule, two
+//! daemons admit at least 90 % of what the rule admits (a token bucket: `capacity +
+//! refill_rate × T` over the measured interval T; a window: `limit` per whole window) and
+//! never more, with at most one script call per ten ALLOWs whenever the rate is at least
+//! 100/s (Redis's count of EVALSHA, less the daemons' heartbeats measured idle). Small bursts at high rates are the shapes a lease of only what the bucket
+//! holds now starves (capacity 10 at 2,000/s admitted 1.7 %): a saturated holder's lease
+//! is a slice of the bucket, its share of the capacity and of the refill rate.
+
+use super::common::*;
+use super::harness::*;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Token buckets: (capacity, refill_rate tokens/s).
+const BUCKETS: [(u64, f64); 8] = [
+    (1, 1000.0),
+    (10, 2000.0),
+    (100, 5000.0),
+    (1, 100.0),
+    (20, 1.0),
+    (1000, 100.0),
+    (10000, 1.0),
+    (10000, 10000.0),
+];
+
+/// Windows: (algorithm, limit, window ms).
+const WINDOWS: [(&str, u64, u64); 3] = [
+    ("fixed_window", 100, 1000),
+    ("fixed_window", 10, 500),
+    ("sliding_window_counter", 300, 1000),
+];
+
+/// How long each shape is run.
+const RUN: Duration = Duration::from_secs(4);
+/// Load per daemon: clients, each pipelining this many CHECKs every `EVERY`: about
+/// 20,000 CHECKs/s in all, 2× the fastest rate and 20,000× the slowest, arriving
+/// often enough (every ½ ms per daemon) that a bucket of one token at 1,000/s is asked
+/// before it would overflow, and leaving the two cores the daemons need.
+const CLIENTS: usize = 2;
+const BATCH: usize = 5;
+const EVERY: Duration = Duration::from_millis(1);
+
+/// `lease = "auto"`, or what `SHAPES_LEASE` says (`off`: the same table without leases,
+/// every decision one script call, to compare on the same machine; calls not asserted).
+fn lease() -> String {
+    std::env::var("SHAPES_LEASE").unwrap_or_else(|_| "auto".to_string())
+}
+
+fn rules() -> String {
+    let lease = lease();
+    let mut rules = String::new();
+    for (i, (capacity, rate)) in BUCKETS.iter().enumerate() {
+        rules.push_str(&format!(
+            "[[rule]]\nname = \"tb{i}\"\nalgorithm = \"token_bucket\"\ncapacity = {capacity}\nrefill_rate = {rate:.1}\nlease = \"{lease}\"\n\n"
+        ));
+    }
+    for (i, (algorithm, limit, window)) in WINDOWS.iter().enumerate() {
+        rules.push_str(&format!(
+            "[[rule]]\nname = \"w{i}\"\nalgorithm = \"{algorithm}\"\nlimit = {limit}\nwindow = \"{window}ms\"\nlease = \"{lease}\"\n\n"
+        ));
+    }
+    rules
+}
+
+#[test]
+fn saturated_keys_of_every_shape_are_fully_used_and_never_over_admitted() {
+    let s = Setup::start_n(2, RedisCluster::start, &rules());
+    // The daemons' own script calls (heartbeats), measured idle: not lease calls.
+    let idle_from = (s.script_calls(), Instant::now());
+    thread::sleep(Duration::from_secs(2));
+    let idle_rate = (s.script_calls() - idle_from.0) as f64 / idle_from.1.elapsed().as_secs_f64();
+    let lease_calls = |calls: u64, t: f64| (calls as f64 - idle_rate * t).max(0.0) as u64;
+    println!("idle: {idle_rate:.1} script calls/s (heartbeats), taken off each shape's count");
+    let mut failures = Vec::new();
+    for (i, (capacity, rate)) in BUCKETS.iter().enumerate() {
+        let calls_before = s.script_calls();
+        let stop = Arc::new(AtomicBool::new(false));
+        let phase = Phase::default();
+        let line = format!("CHECK tb{i} hot");
+        let started = Instant::now();
+        let handles: Vec<_> = s
+            .daemons
+            .iter()
+            .map(|d| load(&d.socket, &line, CLIENTS, BATCH, EVERY, &stop, &phase))
+            .collect();
+        thread::sleep(RUN);
+        let (per_host, all) = stop_and_join(&stop, handles);
+        let t = started.elapsed().as_secs_f64();
+        let calls = lease_calls(s.script_calls() - calls_before, t);
+        let bound = *capacity as f64 + rate * t;
+        let allowed = all.allowed();
+        let shares: Vec<u64> = per_host.iter().map(Tally::allowed).collect();
+        println!(
+            "token_bucket capacity {capacity} refill {rate}/s: {allowed} ALLOW of {} in {t:.2} s, bound {bound:.0} ({:.1} %), {calls} script calls, per host {shares:?}",
+            all.total(),
+            100.0 * allowed as f64 / bound
+        );
+        if allowed as f64 > bound {
+            failures.push(format!("tb{i}: over-admitted {allowed} > {bound:.0}"));
+        }
+        if (allowed as f64) < 0.9 * bound {
+            failures.push(format!("tb{i}: under-used {allowed} < 90 % of {bound:.0}"));
+        }
+        if *rate >= 100.0 && calls * 10 > allowed && lease() == "auto" {
+            failures.push(format!("tb{i}: {calls} calls for {allowed} ALLOW"));
+        }
+    }
+    for (i, (algorithm, limit, window)) in WINDOWS.iter().enumerate() {
+        let calls_before = s.script_calls();
+        let stop = Arc::new(AtomicBool::new(false));
+        let first = epoch_ms();
+        let line = format!("CHECK w{i} hot");
+        let handles: Vec<_> = s
+            .daemons
+            .iter()
+            .flat_map(|d| {
+                let record = PerWindow::recorder(*window);
+                load_with(&d.socket, &line, CLIENTS, BATCH, EVERY, &stop, record)
+            })
+            .collect();
+        thread::sleep(RUN);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut all = PerWindow::default();
+        for h in handles {
+            let w = h.join().expect("load thread");
+            for (n, a) in w.inside {
+                *all.inside.entry(n).or_default() += a;
+            }
+            all.straddling += w.straddling;
+            all.decisions += w.decisions;
+        }
+        let last = epoch_ms();
+        let calls = lease_calls(
+            s.script_calls() - calls_before,
+            (last - first) as f64 / 1000.0,
+        );
+        // Windows are aligned to the epoch on the Redis clock (this host's, on loopback).
+        let touched = last / window - first / window + 1;
+        let whole = touched - 2;
+        let allowed = all.inside.values().sum::<u64>() + all.straddling;
+        let bound = limit * touched;
+        let rate = *limit as f64 * 1000.0 / *window as f64;
+        println!(
+            "{algorithm} limit {limit} per {window} ms: {allowed} ALLOW of {} over {touched} windows (bound {bound}, {whole} whole: {:.1} % of theirs), {} straddling, {calls} script calls",
+            all.decisions,
+            100.0 * allowed as f64 / (limit * whole) as f64,
+            all.straddling
+        );
+        for (n, a) in &all.inside {
+            if a > limit {
+                failures.push(format!("w{i}: window {n} admitted {a} > {limit}"));
+            }
+        }
+        if allowed > bound {
+            failures.push(format!("w{i}: over-admitted {allowed} > {bound}"));
+        }
+        if (allowed as f64) < 0.9 * (limit * whole) as f64 {
+            failures.push(format!(
+                "w{i}: under-used {allowed} < 90 % of {}",
+                limit * whole
+            ));
+        }
+        if rate >= 100.0 && calls * 10 > allowed && lease() == "auto" {
+            failures.push(format!("w{i}: {calls} calls for {allowed} ALLOW"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
