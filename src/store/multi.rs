@@ -8,7 +8,7 @@
 //! So the decisions are the algorithms' own, operation for operation.
 
 use super::scripts::args;
-use crate::algorithm::{Kind, Outcome, Params};
+use crate::algorithm::{Family, Kind, Outcome, Params};
 use fred::error::{Error, ErrorKind};
 use fred::types::Value;
 
@@ -50,9 +50,15 @@ fn head() -> String {
 fn head_with_give_backs() -> String {
     let mut lua = head();
     lua.push_str(include_str!("../../lua/give_back.lua"));
+    // A concurrency rule's slots are given back by RELEASE, never here (the limiter
+    // refuses them first); its entry keeps the table in the algorithms' order.
+    lua.push_str("local function give_back_none(args, at) end\n");
     let names: Vec<String> = Kind::ALL
         .iter()
-        .map(|k| format!("give_back_{}", k.spec().suffix))
+        .map(|k| match k.spec().family {
+            Family::Slots => "give_back_none".to_owned(),
+            _ => format!("give_back_{}", k.spec().suffix),
+        })
         .collect();
     lua.push_str(&format!("local give_backs = {{{}}}\n", names.join(", ")));
     lua
