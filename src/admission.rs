@@ -1,4 +1,5 @@
-//! Who may use what, and how much of Redis and of the daemon one application may hold:
+//! Who may use what (the operator verbs included: `server.admin_uids` / `admin_gids`),
+//! and how much of Redis and of the daemon one application may hold:
 //! the peer of a connection (uid and gid from `SO_PEERCRED`), the uid/gid lists of
 //! `[server]` and of each rule, the daemon-wide cap on requests in flight to Redis with
 //! its share per uid, and each uid's share of the connections
@@ -99,6 +100,7 @@ impl InFlight {
         Peer {
             uid,
             gid,
+            admin: false,
             share,
             in_flight: Arc::clone(self),
         }
@@ -121,6 +123,8 @@ pub struct Peer {
     pub uid: u32,
     /// Peer effective gid.
     pub gid: u32,
+    /// May use the operator verbs ([`Peer::with_admins`]).
+    admin: bool,
     share: Arc<UidShare>,
     in_flight: Arc<InFlight>,
 }
@@ -129,6 +133,19 @@ impl Peer {
     /// A peer with no bound on its Redis requests (tests, benchmarks).
     pub fn unbounded(uid: u32, gid: u32) -> Peer {
         InFlight::new(InFlightLimits::UNBOUNDED).peer(uid, gid)
+    }
+
+    /// This peer, marked as an operator if `admins` (`server.admin_uids` /
+    /// `admin_gids`) lists its uid or gid; empty lists name nobody.
+    pub fn with_admins(mut self, admins: &PeerAccess) -> Peer {
+        self.admin = admins.lists(self.uid, self.gid);
+        self
+    }
+
+    /// True if this peer may use the operator verbs (`INSPECT`, `RESET`, `RULES`, `TOP`);
+    /// others get `ERR PERM` for them, and their `CHECK`s are unaffected.
+    pub fn is_admin(&self) -> bool {
+        self.admin
     }
 
     /// True if `access` lets this peer in.
@@ -230,6 +247,25 @@ mod tests {
             gids: vec![20],
         };
         assert!(a.allows(10, 0) && a.allows(0, 20) && !a.allows(11, 21));
+    }
+
+    #[test]
+    fn operators_are_listed_ones_only() {
+        let f = InFlight::new(InFlightLimits::UNBOUNDED);
+        let root_only = PeerAccess {
+            uids: vec![0],
+            gids: vec![],
+        };
+        assert!(f.peer(0, 0).with_admins(&root_only).is_admin());
+        assert!(!f.peer(1000, 0).with_admins(&root_only).is_admin());
+        assert!(!f.peer(0, 0).is_admin(), "not an operator unless marked");
+        let group = PeerAccess {
+            uids: vec![],
+            gids: vec![4],
+        };
+        assert!(f.peer(1000, 4).with_admins(&group).is_admin());
+        // Empty lists name nobody (unlike the allow-lists, where they let all in).
+        assert!(!f.peer(0, 0).with_admins(&PeerAccess::default()).is_admin());
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! * [`limiter`]: the decision flow: deny cache → lease → store → local, asking the store
 //!   through one interface ([`store::Store`]);
 //! * [`lease`]: token leases of hot keys (`lease = "auto"`), their per-key state;
+//! * [`hot_keys`]: each rule's hottest keys over the last minute (`TOP`), bounded;
 //! * [`cache`]: the deny cache; [`fallback`]: local buckets, fail-open, fail-closed;
 //!   [`saved_hosts`]: the count of daemons alive, kept across restarts;
 //! * [`store`]: the store interface and its Redis implementation (client, scripts,
@@ -40,6 +41,7 @@ pub mod daemon;
 pub mod decision;
 pub mod envoy;
 pub mod fallback;
+pub mod hot_keys;
 pub mod key;
 pub mod lease;
 pub mod limiter;

@@ -120,6 +120,14 @@ pub(super) fn de_gids<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Er
     de_ids(d, "server.allow_gids")
 }
 
+pub(super) fn de_admin_uids<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error> {
+    de_ids(d, "server.admin_uids")
+}
+
+pub(super) fn de_admin_gids<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error> {
+    de_ids(d, "server.admin_gids")
+}
+
 pub(super) fn de_max_connections<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
     ranged(d, "server.max_connections", 1, 1_000_000).map(|v| v as usize)
 }

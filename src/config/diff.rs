@@ -48,6 +48,8 @@ fn restart_fields(current: &Config, new: &Config) -> Vec<(bool, &'static str)> {
         (n.max_in_flight != s.max_in_flight, "server.max_in_flight"),
         (n.allow_uids != s.allow_uids, "server.allow_uids"),
         (n.allow_gids != s.allow_gids, "server.allow_gids"),
+        (n.admin_uids != s.admin_uids, "server.admin_uids"),
+        (n.admin_gids != s.admin_gids, "server.admin_gids"),
         (
             n.max_connections != s.max_connections,
             "server.max_connections",

@@ -195,6 +195,12 @@ impl PeerAccess {
         self.is_open() || self.uids.contains(&uid) || self.gids.contains(&gid)
     }
 
+    /// True if `uid` is in `uids` or `gid` in `gids`: unlike [`PeerAccess::allows`],
+    /// empty lists name nobody (the operator lists, `server.admin_uids` / `admin_gids`).
+    pub fn lists(&self, uid: u32, gid: u32) -> bool {
+        self.uids.contains(&uid) || self.gids.contains(&gid)
+    }
+
     /// True if the lists restrict nothing (both empty).
     pub fn is_open(&self) -> bool {
         self.uids.is_empty() && self.gids.is_empty()

@@ -38,6 +38,17 @@ pub struct ServerConfig {
     /// reports it; supplementary groups do not count (see docs/DESIGN.md).
     #[serde(deserialize_with = "de_gids")]
     pub allow_gids: Vec<u32>,
+    /// Peer uids that may use the operator verbs (`INSPECT`, `RESET`, `RULES`, `TOP`:
+    /// docs/PROTOCOL.md); default `[0]` (root only). A peer whose uid is not here and
+    /// whose gid is not in `admin_gids` gets `ERR PERM` for them; its `CHECK`s are
+    /// unaffected. Empty lists mean no operator at all (not everyone). An operator must
+    /// still be let in by `allow_uids` / `allow_gids`.
+    #[serde(deserialize_with = "de_admin_uids")]
+    pub admin_uids: Vec<u32>,
+    /// Peer (primary) gids that may use the operator verbs, as for `admin_uids`;
+    /// default empty.
+    #[serde(deserialize_with = "de_admin_gids")]
+    pub admin_gids: Vec<u32>,
     /// Connections served at once (1..=1000000); one more gets `ERR BUSY` and is closed.
     #[serde(deserialize_with = "de_max_connections")]
     pub max_connections: usize,
@@ -69,6 +80,15 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
+    /// Who may use the operator verbs (`admin_uids` / `admin_gids`); check a peer with
+    /// [`crate::config::PeerAccess::lists`] (empty lists admit nobody).
+    pub fn admins(&self) -> super::PeerAccess {
+        super::PeerAccess {
+            uids: self.admin_uids.clone(),
+            gids: self.admin_gids.clone(),
+        }
+    }
+
     /// The runtime's worker threads: `worker_threads`, or the default for `0`.
     pub fn worker_threads(&self) -> usize {
         if self.worker_threads > 0 {
@@ -113,6 +133,8 @@ impl Default for ServerConfig {
             max_in_flight: 128,
             allow_uids: Vec::new(),
             allow_gids: Vec::new(),
+            admin_uids: vec![0],
+            admin_gids: Vec::new(),
             max_connections: 1000,
             max_connections_per_uid: None,
             idle_timeout_ms: 300_000,

@@ -39,7 +39,9 @@ pub(super) struct Home<S: Store> {
 const SWEEP_EVERY: Duration = Duration::from_millis(50);
 
 impl<S: Store> Limiter<S> {
-    /// Decides `cost` units of `key` (`tag` hashed) under `entry`'s leased rule.
+    /// Decides `cost` units of `key` (`tag` hashed) under `entry`'s leased rule, at
+    /// `now_us` (the local clock, µs: what the hot keys count by).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn check_leased(
         self: &Arc<Self>,
         entry: &Arc<ActiveRule>,
@@ -48,8 +50,14 @@ impl<S: Store> Limiter<S> {
         key: u64,
         cost: u32,
         peer: &Peer,
+        now_us: f64,
     ) -> Check {
         let rule = &entry.rule;
+        // The client's key: the tag is "<rule>:<key>".
+        let key_bytes = tag
+            .as_bytes()
+            .get(rule.name.len() + 1..)
+            .unwrap_or_default();
         self.start_sweeper();
         let spare_us = match rule.params.kind().spec().family {
             Family::Bucket { .. } => CLOCK_JUMP_US,
@@ -65,18 +73,19 @@ impl<S: Store> Limiter<S> {
             None => false,
             Some(slot) => match slot.spend(u64::from(cost), boottime_us(), true) {
                 Local::Call { hot } => hot,
-                local => return self.decided_locally(entry, local),
+                local => return self.decided_locally(entry, key, key_bytes, local, now_us),
             },
         };
         let redis_key = slot
             .as_ref()
             .map_or_else(|| home().key, |s| s.home.key.clone());
         let Some(route) = redis.route(&redis_key) else {
-            return self.fallback(entry, key, cost);
+            return self.fallback(entry, key, key_bytes, cost, now_us);
         };
         let Some(in_flight) = peer.call_permit() else {
             return self.no_redis_slot(entry, key, cost, peer);
         };
+        entry.sent(key, key_bytes, now_us);
         let (this, redis, entry) = (Arc::clone(self), Arc::clone(redis), Arc::clone(entry));
         Check::Redis(Box::pin(async move {
             let rule = Arc::clone(&entry.rule);
@@ -85,17 +94,17 @@ impl<S: Store> Limiter<S> {
                 let at = redis_key.clone();
                 let call = redis.lease(route, at, rule.params, cost, request, in_flight);
                 let d = this.answered(&rule, key, cost, &redis_key, call.await.map(|(o, _)| o));
-                return this.record(&entry, d);
+                return this.record(&entry, key, d);
             };
             let _turn = if hot {
                 let Ok(turn) = tokio::time::timeout(redis.timeout(), slot.call.lock()).await else {
-                    return this.record(&entry, decide_here(&this, &rule, key, cost));
+                    return this.record(&entry, key, decide_here(&this, &rule, key, cost));
                 };
                 // The call before ours may have brought a lease that pays for this one.
                 if let Some(d) =
                     lease_decision(&rule, slot.spend(u64::from(cost), boottime_us(), false))
                 {
-                    return this.record(&entry, d);
+                    return this.record(&entry, key, d);
                 }
                 Some(turn)
             } else {
@@ -114,7 +123,7 @@ impl<S: Store> Limiter<S> {
                 this.leases.kept(key, &slot);
             }
             let d = this.answered(&rule, key, cost, &redis_key, answer.map(|(o, _)| o));
-            this.record(&entry, d)
+            this.record(&entry, key, d)
         }))
     }
 
@@ -149,23 +158,34 @@ impl<S: Store> Limiter<S> {
     }
 
     /// A decision from the lease state (never a [`Local::Call`]).
-    fn decided_locally(&self, entry: &ActiveRule, local: Local) -> Check {
+    fn decided_locally(
+        &self,
+        entry: &ActiveRule,
+        key: u64,
+        key_bytes: &[u8],
+        local: Local,
+        now_us: f64,
+    ) -> Check {
         let d = lease_decision(&entry.rule, local).unwrap_or_else(|| unreachable_call(&entry.rule));
-        Check::Ready(Ok(self.record(entry, d)))
+        Check::Ready(Ok(entry.decided_now(key, key_bytes, d, now_us)))
     }
 
     /// Decided without Redis, per the rule's `on_redis_failure`.
-    fn fallback(&self, entry: &ActiveRule, key: u64, cost: u32) -> Check {
+    fn fallback(
+        &self,
+        entry: &ActiveRule,
+        key: u64,
+        key_bytes: &[u8],
+        cost: u32,
+        now_us: f64,
+    ) -> Check {
         let d = decide_without_redis(&self.local, &entry.rule, key, cost, local_clock_us());
-        Check::Ready(Ok(self.record(entry, d)))
+        Check::Ready(Ok(entry.decided_now(key, key_bytes, d, now_us)))
     }
 
-    fn record(&self, entry: &ActiveRule, decision: Decision) -> Decided {
-        entry.counters.record(&decision);
-        Decided {
-            decision,
-            window_ms: entry.rule.window_ms,
-        }
+    /// A decision [`ActiveRule::sent`] and now known, counted.
+    fn record(&self, entry: &ActiveRule, key: u64, decision: Decision) -> Decided {
+        entry.came_back(key, decision)
     }
 
     /// Starts, once, the task that gives back the leases of keys gone idle or near

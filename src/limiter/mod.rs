@@ -19,6 +19,7 @@
 
 mod lease;
 mod query;
+mod record;
 mod refresh;
 #[cfg(test)]
 mod tests;
@@ -29,6 +30,7 @@ use crate::clock::{local_clock_us, BatchClock};
 use crate::config::{Config, Rule};
 use crate::decision::Decision;
 use crate::fallback::{decide_without_redis, LocalBuckets};
+use crate::hot_keys::{HotKey, RuleKeys};
 use crate::key::{fits, tag_in, TagKey, TAG_MAX};
 use crate::log_every::LogEvery;
 use crate::metrics::{DecisionCounters, RedisCalls};
@@ -49,6 +51,8 @@ struct ActiveRule {
     counters: DecisionCounters,
     /// Not in the table of named rules ([`Detached`]).
     detached: bool,
+    /// The rule's hottest keys (`TOP`), kept across reloads; `None` for a detached rule.
+    hot: Option<Arc<RuleKeys>>,
 }
 
 /// A rule decided outside the table of named rules, by [`Limiter::check_detached`]:
@@ -64,6 +68,7 @@ impl Detached {
             rule,
             counters,
             detached: true,
+            hot: None,
         }))
     }
 
@@ -77,18 +82,24 @@ impl Detached {
 /// not SipHash).
 type Active = HashMap<String, Arc<ActiveRule>, crate::key::Hasher>;
 
-fn activate(rules: Rules) -> Active {
+/// `rules` with their metrics; a rule of `previous` keeps its hot keys.
+fn activate(rules: Rules, previous: &Active) -> Active {
     rules
         .into_iter()
         .map(|(name, rule)| {
             let counters = DecisionCounters::new(&name);
             let detached = false;
+            let hot = previous
+                .get(&name)
+                .and_then(|old| old.hot.clone())
+                .unwrap_or_default();
             (
                 name,
                 Arc::new(ActiveRule {
                     rule,
                     counters,
                     detached,
+                    hot: Some(hot),
                 }),
             )
         })
@@ -192,7 +203,7 @@ impl<S: Store> Limiter<S> {
     pub fn new(config: &Config, redis: Option<Arc<S>>) -> Self {
         let grace_ms = config.redis.timeout_ms.saturating_mul(2);
         Limiter {
-            rules: ArcSwap::from_pointee(activate(config.rules.clone())),
+            rules: ArcSwap::from_pointee(activate(config.rules.clone(), &Active::default())),
             // An expired entry answers while its refresh waits to be sent (at most a
             // quarter of this) and is in flight: at most the time the Redis call may
             // take (one timeout, one more when this process was late).
@@ -216,9 +227,19 @@ impl<S: Store> Limiter<S> {
     /// stop being spent at once, and are given back (their unspent units reported) by
     /// the next call of each key or the sweep.
     pub fn replace_rules(&self, rules: Rules) {
-        self.rules.store(Arc::new(activate(rules)));
+        let active = activate(rules, &self.rules.load());
+        self.rules.store(Arc::new(active));
         self.cache.clear();
         self.leases.retire();
+    }
+
+    /// The `n` keys of rule `rule` this daemon decided most often over the last minute,
+    /// most first, with their decision and deny counts (bounded memory and error:
+    /// [`crate::hot_keys`]); `None` if no rule has this name.
+    pub fn top_keys(&self, rule: &str, n: usize) -> Option<Vec<HotKey>> {
+        let rules = self.rules.load();
+        let hot = rules.get(rule)?.hot_keys()?;
+        Some(hot.top(n, local_clock_us()))
     }
 
     /// Records the daemons alive in Redis (`fallback.hosts = "auto"`); returns the count
@@ -316,13 +337,6 @@ impl<S: Store> Limiter<S> {
                 gid: peer.gid,
             }));
         }
-        let decided = |decision: Decision| {
-            entry.counters.record(&decision);
-            Check::Ready(Ok(Decided {
-                decision,
-                window_ms: rule.window_ms,
-            }))
-        };
         if u64::from(cost) > rule.limit() {
             return Check::Ready(Err(CheckError::CostAboveLimit {
                 cost,
@@ -337,12 +351,21 @@ impl<S: Store> Limiter<S> {
         }
         let key_bytes = key;
         let key = self.keys.of(rule.name.as_bytes(), key_bytes);
+        let decided = |decision: Decision, clock: &mut BatchClock| {
+            Check::Ready(Ok(entry.decided_now(
+                key,
+                key_bytes,
+                decision,
+                clock.now_us(),
+            )))
+        };
 
         let Some(redis) = &self.redis else {
             let now = clock.now_us();
             return decided(
                 self.local
                     .decide(key, rule.limit(), &rule.params, cost, now),
+                clock,
             );
         };
         // A cached DENY answers, also the request that claims an expired entry's
@@ -353,7 +376,7 @@ impl<S: Store> Limiter<S> {
             self.cache.lookup(key, cost, clock.now_us())
         };
         let refresh = match lookup {
-            Lookup::Hit(cached) => return decided(cached),
+            Lookup::Hit(cached) => return decided(cached, clock),
             Lookup::Miss => None,
             Lookup::Refresh(cached) => Some(cached),
         };
@@ -363,7 +386,7 @@ impl<S: Store> Limiter<S> {
             return Check::Ready(Err(CheckError::KeyTooLong));
         };
         if rule.lease {
-            return self.check_leased(entry, redis, tag, key, cost, peer);
+            return self.check_leased(entry, redis, tag, key, cost, peer, clock.now_us());
         }
         let redis_key = redis.key(tag, &rule.params);
         // Only the primary owning this key's slot matters: keys of healthy primaries
@@ -388,15 +411,19 @@ impl<S: Store> Limiter<S> {
             if let (Some(route), Some(slot)) = (route, peer.background_permit()) {
                 self.refreshes.push(query(route), slot);
             }
-            return decided(cached);
+            return decided(cached, clock);
         }
         let Some(route) = route else {
             let now = clock.now_us();
-            return decided(decide_without_redis(&self.local, rule, key, cost, now));
+            return decided(
+                decide_without_redis(&self.local, rule, key, cost, now),
+                clock,
+            );
         };
         let Some(slot) = peer.call_permit() else {
             return self.no_redis_slot(entry, key, cost, peer);
         };
+        entry.sent(key, key_bytes, clock.now_us());
         Check::Redis(Box::pin(query(route).decide(slot)))
     }
 
@@ -408,13 +435,10 @@ impl<S: Store> Limiter<S> {
     /// Envoy's `failure_mode_deny`.
     fn no_redis_slot(&self, entry: &ActiveRule, key: u64, cost: u32, peer: &Peer) -> Check {
         if entry.detached {
-            let decision =
-                decide_without_redis(&self.local, &entry.rule, key, cost, local_clock_us());
-            entry.counters.record(&decision);
-            return Check::Ready(Ok(Decided {
-                decision,
-                window_ms: entry.rule.window_ms,
-            }));
+            let now = local_clock_us();
+            let decision = decide_without_redis(&self.local, &entry.rule, key, cost, now);
+            // A detached rule keeps no hot keys: the key's bytes are not needed.
+            return Check::Ready(Ok(entry.decided_now(key, &[], decision, now)));
         }
         let limits = peer.in_flight_limits();
         Check::Ready(Err(CheckError::Busy {

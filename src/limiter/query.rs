@@ -59,11 +59,7 @@ impl<S: Store> Query<S> {
                 local_clock_us(),
             ),
         };
-        self.entry.counters.record(&decision);
-        Decided {
-            decision,
-            window_ms: rule.window_ms,
-        }
+        self.entry.came_back(self.key, decision)
     }
 
     /// Starts the refresh of the deny cache's entry for this key on a task of its own:

@@ -239,3 +239,36 @@ async fn a_peer_at_its_share_of_calls_in_flight_is_told_busy() {
     drop(held);
     assert!(check(&limiter, "api", "k", &peer).await.allowed);
 }
+
+#[tokio::test]
+async fn every_path_counts_its_key_in_the_hot_keys_and_a_reload_keeps_them() {
+    let limiter = Arc::new(Limiter::new(
+        &config(),
+        Some(Arc::new(LocalStore::new(100))),
+    ));
+    let peer = peer();
+    // Capacity 4: four ALLOWs and a DENY from the store, then a DENY from the cache.
+    for _ in 0..6 {
+        check(&limiter, "api", "hot", &peer).await;
+    }
+    check(&limiter, "api", "cold", &peer).await;
+    // A leased rule: from the store, then from the lease.
+    for _ in 0..5 {
+        check(&limiter, "leased", "l", &peer).await;
+    }
+    let top = limiter.top_keys("api", 10).expect("a rule");
+    let counts: Vec<(&str, u64, u64)> = top
+        .iter()
+        .map(|k| (k.key.as_str(), k.decisions, k.denies))
+        .collect();
+    assert_eq!(counts, [("hot", 6, 2), ("cold", 1, 0)]);
+    let leased = limiter.top_keys("leased", 10).unwrap();
+    assert_eq!(
+        (leased[0].decisions, leased[0].denies),
+        (5, 1),
+        "{leased:?}"
+    );
+    assert!(limiter.top_keys("nope", 10).is_none());
+    limiter.replace_rules(config().rules);
+    assert_eq!(limiter.top_keys("api", 1).unwrap()[0].decisions, 6);
+}

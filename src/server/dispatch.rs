@@ -38,15 +38,20 @@ impl Future for Answer {
     }
 }
 
-/// Answers one request line (terminator removed) as if this process were the peer, with
-/// no bound on requests in flight (tests, fuzzing). The `bool` is true for `QUIT`: the
+/// Answers one request line (terminator removed) as if this process were the peer (an
+/// operator: it may use the operator verbs), with no bound on requests in flight (tests,
+/// fuzzing). The `bool` is true for `QUIT`: the
 /// connection closes after this reply.
 pub fn handle(limiter: &Arc<Limiter>, line: &[u8]) -> (Answer, bool) {
     static SELF: std::sync::OnceLock<Peer> = std::sync::OnceLock::new();
     let peer = SELF.get_or_init(|| {
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        Peer::unbounded(uid, gid)
+        let itself = crate::admission::PeerAccess {
+            uids: vec![uid],
+            gids: Vec::new(),
+        };
+        Peer::unbounded(uid, gid).with_admins(&itself)
     });
     handle_with(limiter, line, &mut BatchClock::default(), peer)
 }

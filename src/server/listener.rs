@@ -129,7 +129,7 @@ fn admit(
         }
         return None;
     };
-    let peer = in_flight.peer(uid, gid);
+    let peer = in_flight.peer(uid, gid).with_admins(&limits.admins);
     let per_uid = limits.max_connections_per_uid;
     let Some(uid_slot) = peer.connection_slot(per_uid) else {
         refuse(

@@ -36,6 +36,9 @@ pub struct ConnectionLimits {
     pub idle_timeout: Option<Duration>,
     /// Who may connect (`SO_PEERCRED`).
     pub access: PeerAccess,
+    /// Who may use the operator verbs (`server.admin_uids` / `admin_gids`; empty lists:
+    /// nobody).
+    pub admins: PeerAccess,
     /// Requests in flight to Redis: for the daemon, per peer uid.
     pub redis_in_flight: InFlightLimits,
 }
@@ -52,6 +55,7 @@ impl From<&ServerConfig> for ConnectionLimits {
                 uids: c.allow_uids.clone(),
                 gids: c.allow_gids.clone(),
             },
+            admins: c.admins(),
             redis_in_flight: InFlightLimits {
                 total: c.redis_max_in_flight,
                 per_uid: c.redis_max_in_flight_per_uid,
