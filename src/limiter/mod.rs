@@ -18,6 +18,7 @@
 //! ```
 
 mod lease;
+mod operator;
 mod query;
 mod record;
 mod refresh;
@@ -41,6 +42,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+
+pub use operator::{Inspection, Pending};
 
 /// The rules in force; swapped whole on reload, so a request sees one version.
 pub type Rules = HashMap<String, Arc<Rule>>;

@@ -19,6 +19,11 @@ pub enum Reply {
     Bye,
     /// `ERR <CODE> <message>`.
     Error(ProtoError),
+    /// `OK` (`RESET`).
+    Ok,
+    /// One line of text: `INSPECT`'s `name=value` fields, `RULES`' and `TOP`'s JSON. A
+    /// line break inside it is sent as a space (one reply is one line, whatever it holds).
+    Text(String),
 }
 
 impl From<ProtoError> for Reply {
@@ -49,6 +54,16 @@ impl Reply {
             }
             Reply::Pong => out.put_slice(b"PONG"),
             Reply::Bye => out.put_slice(b"BYE"),
+            Reply::Ok => out.put_slice(b"OK"),
+            Reply::Text(text) => {
+                let start = out.len();
+                out.put_slice(text.as_bytes());
+                for b in &mut out[start..] {
+                    if *b == b'\n' || *b == b'\r' {
+                        *b = b' ';
+                    }
+                }
+            }
             Reply::Error(e) => {
                 out.put_slice(b"ERR ");
                 out.put_slice(e.code.as_str().as_bytes());
@@ -122,5 +137,9 @@ mod tests {
             &out[..],
             b"ALLOW 20 19 100 0 redis 2000\nPONG\nERR RULE unknown rule 'x\\x0a'\n"
         );
+        out.clear();
+        Reply::Ok.encode(&mut out);
+        Reply::Text("{\"a\":1}\nx\r".into()).encode(&mut out);
+        assert_eq!(&out[..], b"OK\n{\"a\":1} x \n");
     }
 }

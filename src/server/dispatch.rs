@@ -20,6 +20,8 @@ pub enum Answer {
     Ready(Option<Reply>),
     /// A Redis decision in flight.
     Redis(Pin<Box<dyn Future<Output = Decided> + Send>>),
+    /// Any other reply waiting on Redis (the operator verbs), bounded by its timeout.
+    Pending(Pin<Box<dyn Future<Output = Reply> + Send>>),
 }
 
 impl Future for Answer {
@@ -34,6 +36,7 @@ impl Future for Answer {
                 .as_mut()
                 .poll(cx)
                 .map(|d| Reply::Decision(d.decision, d.window_ms)),
+            Answer::Pending(fut) => fut.as_mut().poll(cx),
         }
     }
 }
@@ -76,6 +79,15 @@ pub fn handle_with(
         }
         Ok(Request::Ping) => (ready(Reply::Pong), false),
         Ok(Request::Quit) => (ready(Reply::Bye), true),
+        // The operator verbs (`server.admin_uids`): `super::operator`.
+        Ok(request) => match super::operator::handle(limiter, &request, peer) {
+            Some(answer) => (answer, false),
+            None => {
+                let e = ProtoError::new(ErrorCode::Internal, "a request without a handler");
+                metrics::error_reply(e.code);
+                (ready(e.into()), false)
+            }
+        },
         Err(e) => {
             metrics::error_reply(e.code);
             (ready(e.into()), false)

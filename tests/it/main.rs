@@ -27,6 +27,7 @@ mod harness;
 mod local;
 mod metrics;
 mod module_graph;
+mod operator;
 mod permissions;
 mod production_redis;
 mod redis_refusals;
