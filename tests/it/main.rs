@@ -19,6 +19,7 @@ mod cluster;
 mod cluster_slots;
 mod config_doc;
 mod connections_per_uid;
+mod ctl;
 mod envoy_compat;
 mod envoy_listen;
 mod eviction;
