@@ -133,10 +133,14 @@ fn describe() {
     describe_counter!(LEASE_LAPSED_UNITS, "Unspent lease units that lapsed");
 }
 
-/// The decision counters of one rule: one handle per verdict × source.
+/// The decision counters of one rule: one handle per verdict × source. The verdicts:
+/// `allow`, `deny`, and `shadow_deny` (a rule with `shadow = true` would have denied,
+/// and answered ALLOW).
 pub struct DecisionCounters {
     /// `[allowed as usize][source index]`.
     by: [[Counter; Source::ALL.len()]; 2],
+    /// `[source index]` of `verdict="shadow_deny"`.
+    shadow_deny: [Counter; Source::ALL.len()],
 }
 
 impl DecisionCounters {
@@ -149,7 +153,14 @@ impl DecisionCounters {
         };
         DecisionCounters {
             by: [row("deny"), row("allow")],
+            shadow_deny: row("shadow_deny"),
         }
+    }
+
+    /// Counts one DENY a shadow rule answered as ALLOW (`verdict="shadow_deny"`, by the
+    /// source that decided it).
+    pub fn record_shadow_deny(&self, d: &Decision) {
+        self.shadow_deny[d.source.index()].increment(1);
     }
 
     /// Counts one decision.

@@ -41,6 +41,8 @@ pub(super) struct RawRule {
     allow_uids: Option<Spanned<Vec<i64>>>,
     allow_gids: Option<Spanned<Vec<i64>>>,
     lease: Option<Spanned<String>>,
+    #[serde(default)]
+    shadow: bool,
 }
 
 /// A validated rule.
@@ -70,6 +72,10 @@ pub struct Rule {
     /// `lease = "auto"`: hot keys are answered from leases (docs/DESIGN.md "Leases");
     /// `"off"` (the default): every decision is a script call.
     pub lease: bool,
+    /// `shadow = true`: decided and counted as usual, but always answered ALLOW (the
+    /// would-be DENY counted as `verdict="shadow_deny"`): a rule tried on live traffic
+    /// before it is enforced. A reload flips it without touching the keys' state.
+    pub shadow: bool,
 }
 
 impl Rule {
@@ -91,6 +97,7 @@ impl Rule {
             window_ms: algorithm.window_ms(),
             access: PeerAccess::default(),
             lease: false,
+            shadow: false,
         }
     }
 
@@ -148,6 +155,7 @@ impl RawRule {
         );
         rule.fallback_auto = fallback_hosts == Hosts::Auto;
         rule.lease = self.lease(&algorithm, &field, at)?;
+        rule.shadow = self.shadow;
         rule.access = PeerAccess {
             uids: ids(&self.allow_uids, &field("allow_uids"), at)?,
             gids: ids(&self.allow_gids, &field("allow_gids"), at)?,

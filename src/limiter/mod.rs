@@ -56,6 +56,9 @@ struct ActiveRule {
     detached: bool,
     /// The rule's hottest keys (`TOP`), kept across reloads; `None` for a detached rule.
     hot: Option<Arc<RuleKeys>>,
+    /// The log of a shadow rule's would-be DENYs, kept across reloads
+    /// ([`record::SHADOW_LOG_INTERVAL`]).
+    shadow_log: Arc<LogEvery>,
 }
 
 /// A rule decided outside the table of named rules, by [`Limiter::check_detached`]:
@@ -72,6 +75,7 @@ impl Detached {
             counters,
             detached: true,
             hot: None,
+            shadow_log: Arc::new(LogEvery::new(record::SHADOW_LOG_INTERVAL)),
         }))
     }
 
@@ -92,10 +96,12 @@ fn activate(rules: Rules, previous: &Active) -> Active {
         .map(|(name, rule)| {
             let counters = DecisionCounters::new(&name);
             let detached = false;
-            let hot = previous
-                .get(&name)
-                .and_then(|old| old.hot.clone())
-                .unwrap_or_default();
+            let old = previous.get(&name);
+            let hot = old.and_then(|old| old.hot.clone()).unwrap_or_default();
+            let shadow_log = old.map_or_else(
+                || Arc::new(LogEvery::new(record::SHADOW_LOG_INTERVAL)),
+                |old| Arc::clone(&old.shadow_log),
+            );
             (
                 name,
                 Arc::new(ActiveRule {
@@ -103,6 +109,7 @@ fn activate(rules: Rules, previous: &Active) -> Active {
                     counters,
                     detached,
                     hot: Some(hot),
+                    shadow_log,
                 }),
             )
         })

@@ -97,7 +97,7 @@ fn refused(e: CheckError, rule: &[u8]) -> Answer {
 
 /// A rule's parameters as configured, by their config names, in a fixed order:
 /// `algorithm`, `capacity` and its rate or `limit` and `window`, `window_ms` (the
-/// policy window), `on_redis_failure`, `fallback_hosts`, `lease`, `allow_uids`,
+/// policy window), `on_redis_failure`, `fallback_hosts`, `lease`, `shadow`, `allow_uids`,
 /// `allow_gids`.
 pub fn parameters(rule: &Rule) -> Vec<(&'static str, Value)> {
     let a = &rule.algorithm;
@@ -132,6 +132,7 @@ pub fn parameters(rule: &Rule) -> Vec<(&'static str, Value)> {
         },
     ));
     out.push(("lease", json!(if rule.lease { "auto" } else { "off" })));
+    out.push(("shadow", json!(rule.shadow)));
     out.push(("allow_uids", json!(rule.access.uids)));
     out.push(("allow_gids", json!(rule.access.gids)));
     out

@@ -34,6 +34,7 @@ mod production_redis;
 mod redis_refusals;
 mod reload_algorithm;
 mod saved_hosts;
+mod shadow;
 mod socket;
 mod standalone;
 mod state;
