@@ -30,6 +30,7 @@ mod metrics;
 mod module_graph;
 mod operator;
 mod permissions;
+mod primary_metrics;
 mod production_redis;
 mod redis_refusals;
 mod reload_algorithm;
