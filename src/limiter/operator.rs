@@ -117,7 +117,20 @@ impl<S: Store> Limiter<S> {
         };
         let Some(redis) = &self.redis else {
             let r = &seen.rule;
-            seen.decision = self.local.decide(hash, r.limit(), &r.params, 0, now);
+            seen.decision = if seen.local_bucket {
+                self.local.decide(hash, r.limit(), &r.params, 0, now)
+            } else {
+                // A key never decided: a new key's state, without making it a bucket.
+                let o = r.params.decide(&mut None, now, 0);
+                Decision {
+                    allowed: o.allowed,
+                    limit: r.limit(),
+                    remaining: o.remaining,
+                    reset_ms: o.reset_ms,
+                    wait_ms: o.wait_ms,
+                    source: crate::decision::Source::Local,
+                }
+            };
             return Ok(Box::pin(std::future::ready(seen)));
         };
         let mut buf = [0u8; TAG_MAX];

@@ -100,6 +100,14 @@ fn each_operator_verb_answers_an_admin_and_refuses_another_uid() {
     assert_eq!(top["keys"][0]["key"], "k");
     // Three CHECKs, then nothing (INSPECT is not a decision).
     assert_eq!(top["keys"][0]["decisions"], 3);
+    // A key never decided: a new key's state, and INSPECT does not make it a bucket.
+    for _ in 0..2 {
+        let never = fields(&admin.request("INSPECT api never"));
+        assert_eq!(
+            (never["remaining"].as_str(), never["local_bucket"].as_str()),
+            ("100", "no")
+        );
+    }
     assert!(admin.request("TOP nope").starts_with("ERR RULE "));
     assert!(admin.request("INSPECT nope k").starts_with("ERR RULE "));
 
