@@ -18,6 +18,29 @@ systemd passed it) and exit 0.
 Reload the configuration. A bad file is logged and the rules in force stay;
 \fBsystemctl reload ratelimitd\fR runs \fB\-\-check\fR first, so a bad file fails the
 reload itself.
+.SH OPERATOR COMMANDS
+\fBratelimitd ctl\fR [\fB\-\-socket\fR \fIPATH\fR | \fB\-\-config\fR \fIPATH\fR] [\fB\-\-json\fR] \fIVERB\fR
+asks a running daemon, for peers in \fBserver.admin_uids\fR / \fBadmin_gids\fR (default
+root only). The socket is \fB\-\-socket\fR, else \fBserver.socket\fR of \fB\-\-config\fR
+(default /etc/ratelimitd/ratelimitd.toml). Output is text, or JSON with \fB\-\-json\fR.
+.TP
+.BI "inspect " "RULE KEY"
+The key's state as a CHECK of cost 0 sees it (nothing taken), the rule's parameters,
+this daemon's lease, deny-cache entry and local bucket for the key, its slot and primary.
+.TP
+.BI "reset " "RULE KEY"
+Deletes the key's state in Redis, this daemon's local bucket for it and its deny cache;
+other daemons' cached DENYs end within their \fBcache.ttl_ms\fR.
+.TP
+.B rules
+Every rule and its parameters.
+.TP
+.BI "top " "RULE" " [" N ]
+This daemon's N (default 10) hottest keys of the rule over the last minute, with their
+decision and deny counts.
+.PP
+\fBctl\fR exits 0 when answered, 1 when refused (the daemon's \fBERR\fR line is printed on
+stderr) or unreachable, 2 for a bad argument.
 .SH EXIT STATUS
 0 on a clean stop or a valid \fB\-\-check\fR; 2 for an invalid configuration (systemd
 does not restart it); 1 for any other failure.

@@ -1,9 +1,11 @@
-//! The `ratelimitd` daemon: `ratelimitd --config <path>` (see `--help`).
+//! The `ratelimitd` daemon: `ratelimitd --config <path>` (see `--help`), and
+//! `ratelimitd ctl`, the operator's client of a running daemon ([`ctl`]).
 //!
 //! Only the command line and logging live here; the daemon itself is
 //! [`ratelimitd::daemon`].
 
 mod cli_docs;
+mod ctl;
 mod journal;
 
 use clap::Parser;
@@ -18,7 +20,9 @@ use std::process::ExitCode;
 #[command(
     version,
     about,
-    override_usage = "ratelimitd --config <PATH> [--check]"
+    override_usage = "ratelimitd --config <PATH> [--check]\n       ratelimitd ctl [--socket <PATH>] [--json] <inspect|reset|rules|top> ...",
+    subcommand_negates_reqs = true,
+    disable_help_subcommand = true
 )]
 struct Cli {
     /// Configuration file (TOML), see ratelimitd.toml(5).
@@ -39,10 +43,23 @@ struct Cli {
     /// Print the completion script for SHELL and exit.
     #[arg(long, hide = true, value_name = "SHELL")]
     print_completions: Option<clap_complete::Shell>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// What else the binary does besides running the daemon.
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Ask a running daemon: inspect or reset a key, list the rules, the hottest keys
+    /// (operators only: server.admin_uids / admin_gids).
+    Ctl(ctl::Ctl),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(Command::Ctl(args)) = cli.command {
+        return ctl::run(args);
+    }
     if cli.print_man {
         return match cli_docs::print_man::<Cli>() {
             Ok(()) => ExitCode::SUCCESS,

@@ -33,6 +33,14 @@ pub const REDIS_ERRORS: &str = "ratelimitd_redis_errors_total";
 pub const CIRCUIT_OPEN: &str = "ratelimitd_circuit_open";
 /// Circuit transitions, by `to` (`open`, `closed`).
 pub const CIRCUIT_TRANSITIONS: &str = "ratelimitd_circuit_transitions_total";
+/// Gauge per primary (`primary="host:port"`): 1 while its slots' keys go to it, 0 while
+/// it is bypassed (its breaker open).
+pub const PRIMARY_UP: &str = "ratelimitd_primary_up";
+/// Counter per primary and new state (`to="up"|"down"`): its breaker's transitions.
+pub const PRIMARY_TRANSITIONS: &str = "ratelimitd_primary_transitions_total";
+/// Gauge, always 1, labelled with the version and the git commit the binary was built
+/// from.
+pub const BUILD_INFO: &str = "ratelimitd_build_info";
 /// Entries in the deny cache.
 pub const CACHE_ENTRIES: &str = "ratelimitd_cache_entries";
 /// Keys with local state (local buckets).
@@ -124,6 +132,7 @@ pub fn install() -> Result<PrometheusHandle, InstallError> {
     });
     describe();
     gauge!(CIRCUIT_OPEN).set(0.0);
+    gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION"), "commit" => build_commit()).set(1.0);
     Ok(handle)
 }
 
@@ -135,6 +144,18 @@ fn describe() {
     describe_counter!(REDIS_ERRORS, "Redis decisions that failed, by kind");
     describe_gauge!(CIRCUIT_OPEN, "1 while Redis is bypassed (circuit open)");
     describe_counter!(CIRCUIT_TRANSITIONS, "Circuit transitions, by new state");
+    describe_gauge!(
+        PRIMARY_UP,
+        "Per Redis primary: 1 while its keys go to it, 0 while it is bypassed (breaker open)"
+    );
+    describe_counter!(
+        PRIMARY_TRANSITIONS,
+        "Per Redis primary: breaker transitions, by new state (up, down)"
+    );
+    describe_gauge!(
+        BUILD_INFO,
+        "1, labelled with the version and git commit of the binary"
+    );
     describe_gauge!(CACHE_ENTRIES, "Entries in the deny cache");
     describe_gauge!(LOCAL_KEYS, "Keys with local state (local buckets)");
     describe_counter!(
@@ -189,6 +210,8 @@ pub struct DecisionCounters {
     by: [[Counter; Source::ALL.len()]; 2],
     /// The dashboard's figures (`None`: not listed, see [`DecisionCounters::unlisted`]).
     tally: Option<Arc<RuleTally>>,
+    /// `[source index]` of `verdict="shadow_deny"`.
+    shadow_deny: [Counter; Source::ALL.len()],
 }
 
 impl DecisionCounters {
@@ -213,6 +236,7 @@ impl DecisionCounters {
         DecisionCounters {
             by: [row("deny"), row("allow")],
             tally: Some(tally),
+            shadow_deny: row("shadow_deny"),
         }
     }
 
@@ -223,7 +247,14 @@ impl DecisionCounters {
         DecisionCounters {
             by: [row(), row()],
             tally: None,
+            shadow_deny: row(),
         }
+    }
+
+    /// Counts one DENY a shadow rule answered as ALLOW (`verdict="shadow_deny"`, by the
+    /// source that decided it).
+    pub fn record_shadow_deny(&self, d: &Decision) {
+        self.shadow_deny[d.source.index()].increment(1);
     }
 
     /// Counts one decision.
@@ -328,6 +359,27 @@ pub fn connection_error() {
 pub fn circuit(open: bool) {
     gauge!(CIRCUIT_OPEN).set(if open { 1.0 } else { 0.0 });
     counter!(CIRCUIT_TRANSITIONS, "to" => if open { "open" } else { "closed" }).increment(1);
+}
+
+/// The git commit the binary was built from (`git rev-parse --short HEAD` by build.rs),
+/// or `unknown` when it was built outside a git checkout.
+pub fn build_commit() -> &'static str {
+    option_env!("RATELIMITD_COMMIT")
+        .filter(|c| !c.is_empty())
+        .unwrap_or("unknown")
+}
+
+/// Sets primary `primary`'s gauge: `up` while its keys go to it (or it owns no slot any
+/// more: nothing of it is bypassed), down while bypassed.
+pub fn primary_up(primary: &str, up: bool) {
+    gauge!(PRIMARY_UP, "primary" => primary.to_owned()).set(if up { 1.0 } else { 0.0 });
+}
+
+/// Records a transition of primary `primary`'s breaker (`up = true`: closed again).
+pub fn primary_transition(primary: &str, up: bool) {
+    primary_up(primary, up);
+    counter!(PRIMARY_TRANSITIONS, "primary" => primary.to_owned(), "to" => if up { "up" } else { "down" })
+        .increment(1);
 }
 
 /// Counts a configuration reload.

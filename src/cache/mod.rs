@@ -238,6 +238,20 @@ impl DenyCache {
         Lookup::Hit(answer(&entry, elapsed))
     }
 
+    /// Whether a DENY for `key` (any cost) would answer now, at `now_us` (for operators:
+    /// `INSPECT`; claims no refresh and changes nothing).
+    pub fn holds(&self, key: KeyHash, now_us: f64) -> bool {
+        let Some(entries) = &self.entries else {
+            return false;
+        };
+        let Some(current) = entries.get(&page::page_of(key, self.pages)) else {
+            return false;
+        };
+        page::find(&current, key).is_some_and(|e| {
+            e.generation == low_bits(self.generation()) && now_us - e.at_us < e.ttl_us
+        })
+    }
+
     /// Forgets everything (after a config reload changed the rules).
     pub fn clear(&self) {
         // First the generation: an answer in flight from before is no longer stored,

@@ -47,6 +47,8 @@ pub(super) struct RawRule {
     /// Per-key overrides (`config/overrides.rs`).
     #[serde(default, rename = "override")]
     pub(super) overrides: Vec<Spanned<super::overrides::RawOverride>>,
+    #[serde(default)]
+    pub(super) shadow: bool,
 }
 
 /// A validated rule.
@@ -88,6 +90,10 @@ pub struct Rule {
     pub all_of: Vec<String>,
     /// Per-key overrides (`[[rule.override]]`): other parameters for some keys.
     pub overrides: Vec<super::overrides::Override>,
+    /// `shadow = true`: decided and counted as usual, but always answered ALLOW (the
+    /// would-be DENY counted as `verdict="shadow_deny"`): a rule tried on live traffic
+    /// before it is enforced. A reload flips it without touching the keys' state.
+    pub shadow: bool,
 }
 
 /// [`Rule::sketch_tag`] of the rule `name` under algorithm `kind` (FNV-1a, folded to
@@ -118,6 +124,7 @@ impl Rule {
             window_ms: algorithm.window_ms(),
             access: PeerAccess::default(),
             lease: false,
+            shadow: false,
             all_of: Vec::new(),
             overrides: Vec::new(),
             sketch_tag: sketch_tag(&name, algorithm.params(1).kind().as_str()),
@@ -179,6 +186,7 @@ impl RawRule {
         );
         rule.fallback_auto = fallback_hosts == Hosts::Auto;
         rule.lease = self.lease(&algorithm, &field, at)?;
+        rule.shadow = self.shadow;
         rule.access = PeerAccess {
             uids: ids(&self.allow_uids, &field("allow_uids"), at)?,
             gids: ids(&self.allow_gids, &field("allow_gids"), at)?,

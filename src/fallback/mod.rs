@@ -188,6 +188,17 @@ impl LocalBuckets {
         self.buckets.outgrew_caches()
     }
 
+    /// Whether a local bucket is held for `key` (for operators: `INSPECT`).
+    pub fn holds(&self, key: KeyHash) -> bool {
+        self.buckets.get_mut(key, |state| state.is_some()) == Some(true)
+    }
+
+    /// Forgets `key`'s local state (`RESET`): its next local decision starts as a new
+    /// key's. Returns whether a bucket was held.
+    pub fn forget(&self, key: KeyHash) -> bool {
+        self.buckets.get_mut(key, |state| state.take().is_some()) == Some(true)
+    }
+
     /// Keys currently held (exact; locks each shard in turn: for logs and metrics, not
     /// the hot path).
     pub fn len(&self) -> u64 {

@@ -152,6 +152,13 @@ impl<H> Book<H> {
         }
     }
 
+    /// The grants `key`'s entry holds and their unspent units (for operators:
+    /// `INSPECT`); `(0, 0)` for a key not in the book.
+    pub fn held_by(&self, key: KeyHash) -> (u64, u64) {
+        let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        keys.get(&key).map_or((0, 0), |k| k.held())
+    }
+
     /// A reload: no lease taken under the old rules is spent under the new ones. Every
     /// lease held stops being spent at once (as does one granted to a call in flight);
     /// each is still remembered and given back, its unspent units final, by the next

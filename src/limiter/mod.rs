@@ -19,6 +19,7 @@
 
 mod all;
 mod lease;
+mod operator;
 mod query;
 mod record;
 mod refresh;
@@ -47,6 +48,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use operator::{Inspection, Pending};
+
 /// The rules in force; swapped whole on reload, so a request sees one version.
 pub type Rules = HashMap<String, Arc<Rule>>;
 
@@ -61,6 +64,9 @@ struct ActiveRule {
     /// The rule as it applies to some keys (`[[rule.override]]`), in the rule's order:
     /// the same counters and hot keys, the override's parameters.
     overrides: Vec<Arc<ActiveRule>>,
+    /// The log of a shadow rule's would-be DENYs, kept across reloads
+    /// ([`record::SHADOW_LOG_INTERVAL`]).
+    shadow_log: Arc<LogEvery>,
 }
 
 impl ActiveRule {
@@ -95,6 +101,7 @@ impl Detached {
             detached: true,
             hot: None,
             overrides: Vec::new(),
+            shadow_log: Arc::new(LogEvery::new(record::SHADOW_LOG_INTERVAL)),
         }))
     }
 
@@ -107,6 +114,7 @@ impl Detached {
             detached: true,
             hot: None,
             overrides: Vec::new(),
+            shadow_log: Arc::new(LogEvery::new(record::SHADOW_LOG_INTERVAL)),
         }))
     }
 
@@ -127,10 +135,12 @@ fn activate(rules: Rules, previous: &Active) -> Active {
         .map(|(name, rule)| {
             let counters = DecisionCounters::new(&name);
             let detached = false;
-            let hot = previous
-                .get(&name)
-                .and_then(|old| old.hot.clone())
-                .unwrap_or_default();
+            let old = previous.get(&name);
+            let hot = old.and_then(|old| old.hot.clone()).unwrap_or_default();
+            let shadow_log = old.map_or_else(
+                || Arc::new(LogEvery::new(record::SHADOW_LOG_INTERVAL)),
+                |old| Arc::clone(&old.shadow_log),
+            );
             let overrides = rule
                 .overrides
                 .iter()
@@ -141,6 +151,7 @@ fn activate(rules: Rules, previous: &Active) -> Active {
                         detached,
                         hot: Some(Arc::clone(&hot)),
                         overrides: Vec::new(),
+                        shadow_log: Arc::clone(&shadow_log),
                     })
                 })
                 .collect();
@@ -152,6 +163,7 @@ fn activate(rules: Rules, previous: &Active) -> Active {
                     detached,
                     hot: Some(hot),
                     overrides,
+                    shadow_log,
                 }),
             )
         })

@@ -2,6 +2,10 @@
 //! rule's hottest keys ([`crate::hot_keys`]). One place, so that no path of the flow
 //! (local, cache, Redis, lease, fallback) counts differently.
 //!
+//! A rule with `shadow = true` is answered here too: its would-be DENY is counted as
+//! `shadow_deny`, logged at most once a minute per rule (never with the key), and
+//! answered ALLOW with the source that decided it.
+//!
 //! A decision made at once is counted whole ([`ActiveRule::decided_now`]); one that
 //! waits on the store is counted as a decision on its key when it is sent
 //! ([`ActiveRule::sent`], the key's bytes are at hand then) and by its verdict when it
@@ -11,6 +15,10 @@ use super::{ActiveRule, Decided};
 use crate::decision::Decision;
 use crate::hot_keys::RuleKeys;
 use crate::key::KeyHash;
+use std::time::Duration;
+
+/// A shadow rule's would-be DENYs are logged at most this often.
+pub(super) const SHADOW_LOG_INTERVAL: Duration = Duration::from_secs(60);
 
 impl ActiveRule {
     /// A decision on `key` (`hash`: its tag's hash) made now, at `now_us` (µs, the
@@ -22,7 +30,6 @@ impl ActiveRule {
         decision: Decision,
         now_us: f64,
     ) -> Decided {
-        self.counters.record(&decision);
         if let Some(hot) = self.hot_keys() {
             hot.record(hash, key, !decision.allowed, now_us);
         }
@@ -39,7 +46,6 @@ impl ActiveRule {
 
     /// The decision on a key [`ActiveRule::sent`] to the store, now known: counted.
     pub(super) fn came_back(&self, hash: KeyHash, decision: Decision) -> Decided {
-        self.counters.record(&decision);
         if !decision.allowed {
             if let Some(hot) = self.hot_keys() {
                 hot.denied(hash);
@@ -53,8 +59,28 @@ impl ActiveRule {
         self.hot.as_deref()
     }
 
-    /// `decision` with the rule's policy window.
+    /// `decision` counted, with the rule's policy window; a shadow rule's DENY turned
+    /// into the ALLOW it answers (`wait_ms` 0: nothing to wait for).
     fn decided(&self, decision: Decision) -> Decided {
+        let decision = if self.rule.shadow && !decision.allowed {
+            self.counters.record_shadow_deny(&decision);
+            if let Some(suppressed) = self.shadow_log.admit() {
+                tracing::info!(
+                    rule = %self.rule.name,
+                    source = decision.source.as_str(),
+                    suppressed,
+                    "shadow rule would have denied a request (answered ALLOW; counted as verdict=\"shadow_deny\"; logged at most once a minute per rule)"
+                );
+            }
+            Decision {
+                allowed: true,
+                wait_ms: 0,
+                ..decision
+            }
+        } else {
+            self.counters.record(&decision);
+            decision
+        };
         Decided {
             decision,
             window_ms: self.rule.window_ms,

@@ -20,7 +20,7 @@ pub enum Reply {
     /// The reply to an `ACQUIRE` that took a slot: the decision's fields with
     /// `reset_ms`, `wait_ms` and the window 0, then the slot's token.
     Acquired(Decision, String),
-    /// The reply to a `RELEASE` that gave a slot back.
+    /// `OK`: a `RELEASE` that gave a slot back, a `RESET`.
     Ok,
     /// The reply to `PING`.
     Pong,
@@ -28,6 +28,9 @@ pub enum Reply {
     Bye,
     /// `ERR <CODE> <message>`.
     Error(ProtoError),
+    /// One line of text: `INSPECT`'s `name=value` fields, `RULES`' and `TOP`'s JSON. A
+    /// line break inside it is sent as a space (one reply is one line, whatever it holds).
+    Text(String),
 }
 
 impl From<ProtoError> for Reply {
@@ -77,6 +80,15 @@ impl Reply {
             Reply::Ok => out.put_slice(b"OK"),
             Reply::Pong => out.put_slice(b"PONG"),
             Reply::Bye => out.put_slice(b"BYE"),
+            Reply::Text(text) => {
+                let start = out.len();
+                out.put_slice(text.as_bytes());
+                for b in &mut out[start..] {
+                    if *b == b'\n' || *b == b'\r' {
+                        *b = b' ';
+                    }
+                }
+            }
             Reply::Error(e) => {
                 out.put_slice(b"ERR ");
                 out.put_slice(e.code.as_str().as_bytes());
@@ -176,5 +188,9 @@ mod tests {
             &out[..],
             b"ALLOW 20 19 100 0 redis 2000\nALLOW 20 19 0 0 redis 0 1700000000000000-a.1\nOK\nPONG\nDENY 60 0 5 7 redis 1000 y\nERR RULE unknown rule 'x\\x0a'\n"
         );
+        out.clear();
+        Reply::Ok.encode(&mut out);
+        Reply::Text("{\"a\":1}\nx\r".into()).encode(&mut out);
+        assert_eq!(&out[..], b"OK\n{\"a\":1} x \n");
     }
 }

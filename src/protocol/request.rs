@@ -42,6 +42,12 @@ impl<'a> Triples<'a> {
     }
 }
 
+/// Largest `<n>` of `TOP <rule> [<n>]` (the daemon returns at most as many keys as its
+/// summary can vouch for, docs/PROTOCOL.md).
+pub const MAX_TOP_N: u32 = 1000;
+/// `TOP <rule>` without `<n>`: this many keys.
+pub const DEFAULT_TOP_N: u32 = 10;
+
 /// A parsed request line. Borrowed from the line; the rule is not resolved yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request<'a> {
@@ -84,6 +90,29 @@ pub enum Request<'a> {
     },
     /// `PING` → `PONG`.
     Ping,
+    /// `INSPECT <rule> <key>` (operators only): the key's state, one line of `name=value`.
+    Inspect {
+        /// The rule name as sent.
+        rule: &'a [u8],
+        /// A valid key.
+        key: &'a [u8],
+    },
+    /// `RESET <rule> <key>` (operators only): the key's state deleted → `OK`.
+    Reset {
+        /// The rule name as sent.
+        rule: &'a [u8],
+        /// A valid key.
+        key: &'a [u8],
+    },
+    /// `RULES` (operators only): every rule and its parameters, one line of JSON.
+    Rules,
+    /// `TOP <rule> [<n>]` (operators only): the rule's hottest keys, one line of JSON.
+    Top {
+        /// The rule name as sent.
+        rule: &'a [u8],
+        /// Keys wanted, 1..=[`MAX_TOP_N`] (default [`DEFAULT_TOP_N`]).
+        n: u32,
+    },
     /// `QUIT` → `BYE`, then the connection closes.
     Quit,
 }
@@ -175,6 +204,8 @@ pub fn parse(line: &[u8]) -> Result<Request<'_>, ProtoError> {
             key: args[1],
             token: args[2],
         })
+    } else if let Some(request) = operator(verb, &args[..count.min(args.len())], count)? {
+        Ok(request)
     } else if verb.eq_ignore_ascii_case(b"PING") {
         no_args("PING", count, Request::Ping)
     } else if verb.eq_ignore_ascii_case(b"QUIT") {
@@ -183,7 +214,7 @@ pub fn parse(line: &[u8]) -> Result<Request<'_>, ProtoError> {
         Err(ProtoError::new(
             ErrorCode::Proto,
             format!(
-                "unknown verb '{}' (expected CHECK, CHECKALL, REFUND, ACQUIRE, RELEASE, PING or QUIT)",
+                "unknown verb '{}' (expected CHECK, CHECKALL, REFUND, ACQUIRE, RELEASE, PING, QUIT, or an operator's INSPECT, RESET, RULES, TOP)",
                 printable(verb, 32)
             ),
         ))
@@ -229,6 +260,67 @@ fn parse_triples<'a>(fields: impl Iterator<Item = &'a [u8]>) -> Result<Triples<'
         };
     }
     Ok(triples)
+}
+
+/// The operator verbs (`INSPECT`, `RESET`, `RULES`, `TOP`), or `None` for another verb.
+/// `count` is the number of fields after the verb (one more than `args` holds when there
+/// are too many).
+fn operator<'a>(
+    verb: &[u8],
+    args: &[&'a [u8]],
+    count: usize,
+) -> Result<Option<Request<'a>>, ProtoError> {
+    let proto = |usage: &str| ProtoError::new(ErrorCode::Proto, usage);
+    if verb.eq_ignore_ascii_case(b"INSPECT") || verb.eq_ignore_ascii_case(b"RESET") {
+        let inspect = verb.eq_ignore_ascii_case(b"INSPECT");
+        if count != 2 {
+            return Err(proto(if inspect {
+                "INSPECT takes <rule> <key>"
+            } else {
+                "RESET takes <rule> <key>"
+            }));
+        }
+        let (rule, key) = (args[0], args[1]);
+        check_key(key)?;
+        return Ok(Some(if inspect {
+            Request::Inspect { rule, key }
+        } else {
+            Request::Reset { rule, key }
+        }));
+    }
+    if verb.eq_ignore_ascii_case(b"RULES") {
+        return no_args("RULES", count, Request::Rules).map(Some);
+    }
+    if verb.eq_ignore_ascii_case(b"TOP") {
+        if !(1..=2).contains(&count) {
+            return Err(proto("TOP takes <rule> [<n>]"));
+        }
+        let n = match args.get(1) {
+            None => DEFAULT_TOP_N,
+            Some(field) => parse_count(field).ok_or_else(|| {
+                ProtoError::new(
+                    ErrorCode::Proto,
+                    format!(
+                        "TOP <n> '{}' is not an integer from 1 to {MAX_TOP_N}",
+                        printable(field, 32)
+                    ),
+                )
+            })?,
+        };
+        return Ok(Some(Request::Top { rule: args[0], n }));
+    }
+    Ok(None)
+}
+
+/// A decimal integer from 1 to [`MAX_TOP_N`].
+fn parse_count(field: &[u8]) -> Option<u32> {
+    if field.is_empty() || field.len() > 10 || !field.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = field
+        .iter()
+        .fold(0u64, |acc, &d| acc * 10 + u64::from(d - b'0'));
+    (1..=u64::from(MAX_TOP_N)).contains(&n).then_some(n as u32)
 }
 
 fn no_args<'a>(verb: &str, count: usize, request: Request<'a>) -> Result<Request<'a>, ProtoError> {
@@ -369,6 +461,49 @@ mod tests {
         );
         let max = format!("CHECK a b {MAX_COST}");
         assert!(parse(max.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn parses_operator_verbs() {
+        assert_eq!(
+            parse(b"inspect api user:1"),
+            Ok(Request::Inspect {
+                rule: b"api",
+                key: b"user:1"
+            })
+        );
+        assert_eq!(
+            parse(b"RESET api user:1"),
+            Ok(Request::Reset {
+                rule: b"api",
+                key: b"user:1"
+            })
+        );
+        assert_eq!(parse(b"RULES"), Ok(Request::Rules));
+        assert_eq!(
+            parse(b"TOP api"),
+            Ok(Request::Top {
+                rule: b"api",
+                n: DEFAULT_TOP_N
+            })
+        );
+        assert_eq!(parse(b"TOP api 3"), Ok(Request::Top { rule: b"api", n: 3 }));
+        for bad in [
+            "INSPECT api",
+            "INSPECT api k x",
+            "RESET api",
+            "RULES x",
+            "TOP",
+            "TOP api 0",
+            "TOP api 1001",
+            "TOP api x",
+            "TOP api 1 2",
+            "TOP api 99999999999999999999",
+        ] {
+            assert_eq!(code(bad.as_bytes()), ErrorCode::Proto, "{bad}");
+        }
+        assert_eq!(code(b"INSPECT api k\x01"), ErrorCode::Key);
+        assert_eq!(code(b"RESET api \x01"), ErrorCode::Key);
     }
 
     fn code(line: &[u8]) -> ErrorCode {

@@ -25,6 +25,8 @@ pub enum Answer {
     All(Pin<Box<dyn Future<Output = Bound> + Send>>),
     /// An `ACQUIRE` or `RELEASE` in flight (rule name as sent, for errors).
     Slots(Pin<Box<dyn Future<Output = SlotAnswer> + Send>>, Box<[u8]>),
+    /// Any other reply waiting on Redis (the operator verbs), bounded by its timeout.
+    Pending(Pin<Box<dyn Future<Output = Reply> + Send>>),
 }
 
 impl Future for Answer {
@@ -41,6 +43,7 @@ impl Future for Answer {
                 .map(|d| Reply::Decision(d.decision, d.window_ms)),
             Answer::All(fut) => fut.as_mut().poll(cx).map(bound_reply),
             Answer::Slots(fut, rule) => fut.as_mut().poll(cx).map(|a| slot_reply(a, rule)),
+            Answer::Pending(fut) => fut.as_mut().poll(cx),
         }
     }
 }
@@ -134,6 +137,15 @@ pub fn handle_on(
         }
         Ok(Request::Ping) => (ready(Reply::Pong), false),
         Ok(Request::Quit) => (ready(Reply::Bye), true),
+        // The operator verbs (`server.admin_uids`): `super::operator`.
+        Ok(request) => match super::operator::handle(limiter, &request, peer) {
+            Some(answer) => (answer, false),
+            None => {
+                let e = ProtoError::new(ErrorCode::Internal, "a request without a handler");
+                metrics::error_reply(e.code);
+                (ready(e.into()), false)
+            }
+        },
         Err(e) => {
             metrics::error_reply(e.code);
             (ready(e.into()), false)

@@ -3,11 +3,14 @@
 //! * [`socket`]: creating the socket file safely (`server.socket`, `socket_mode`);
 //! * [`listener`]: the accept loop, the connection cap, peer credentials, shutdown;
 //! * [`connection`]: one connection: read lines, decide concurrently, write in order;
-//! * [`dispatch`]: one line into its reply (parse, ask the limiter, encode).
+//! * [`dispatch`]: one line into its reply (parse, ask the limiter, encode);
+//! * [`operator`]: the operator verbs (`INSPECT`, `RESET`, `RULES`, `TOP`), for
+//!   `server.admin_uids` / `admin_gids` only.
 
 pub mod connection;
 pub mod dispatch;
 pub mod listener;
+pub mod operator;
 pub mod socket;
 
 pub use crate::config::PeerAccess;

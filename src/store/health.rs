@@ -116,6 +116,7 @@ impl PrimaryHealth {
         if open {
             circuit.open_primaries.fetch_add(1, Ordering::AcqRel);
         }
+        crate::metrics::primary_up(&name, !open);
         PrimaryHealth {
             name,
             open: AtomicBool::new(open),
@@ -164,6 +165,7 @@ impl PrimaryHealth {
     pub fn open(&self, why: &dyn std::fmt::Display) {
         if !self.open.swap(true, Ordering::AcqRel) {
             tracing::warn!(primary = %self.name, reason = %why, "Redis primary down: its slots decided locally per on_redis_failure");
+            crate::metrics::primary_transition(&self.name, false);
             self.circuit.primary_opened(why);
             self.tripped.notify_one();
         }
@@ -176,6 +178,9 @@ impl PrimaryHealth {
             // At start-up every primary is probed before use: not a transition.
             if !self.circuit.unknown.load(Ordering::Relaxed) {
                 tracing::info!(primary = %self.name, "Redis primary up: its slots go to Redis");
+                crate::metrics::primary_transition(&self.name, true);
+            } else {
+                crate::metrics::primary_up(&self.name, true);
             }
             self.circuit.primary_closed();
         }
@@ -186,6 +191,8 @@ impl PrimaryHealth {
         if self.open.swap(false, Ordering::AcqRel) {
             self.circuit.primary_closed();
         }
+        // Nothing of it is bypassed any more (a series cannot be removed).
+        crate::metrics::primary_up(&self.name, true);
         self.tripped.notify_one();
     }
 

@@ -31,12 +31,21 @@ impl LocalStore {
         }
     }
 
-    fn outcome(&self, key: &str, params: &Params, cost: u32) -> Outcome {
+    fn hash(key: &str) -> u64 {
         let mut h = DefaultHasher::new();
         key.hash(&mut h);
-        let d = self
-            .buckets
-            .decide(h.finish(), 0, params, SKETCH_TAG, cost, local_clock_us());
+        h.finish()
+    }
+
+    fn outcome(&self, key: &str, params: &Params, cost: u32) -> Outcome {
+        let d = self.buckets.decide(
+            Self::hash(key),
+            0,
+            params,
+            SKETCH_TAG,
+            cost,
+            local_clock_us(),
+        );
         Outcome {
             allowed: d.allowed,
             remaining: d.remaining,
@@ -101,5 +110,15 @@ impl Store for LocalStore {
         let outcome = self.outcome(&key, &params, cost);
         let none = Granted::default();
         std::future::ready(Ok((outcome, none)))
+    }
+
+    fn delete<H: Send + 'static>(
+        self: &Arc<Self>,
+        _route: (),
+        key: Arc<str>,
+        _hold: H,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.buckets.forget(Self::hash(&key));
+        std::future::ready(Ok(()))
     }
 }

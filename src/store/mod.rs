@@ -183,6 +183,27 @@ pub trait Store: Send + Sync + 'static {
             source: Error::new(ErrorKind::Unknown, "this store keeps no slots"),
         }))
     }
+
+    /// Where `key` lives, for operators (`INSPECT`): its hash slot and the address
+    /// (`host:port`) of the primary owning it, each when known. Default: neither.
+    fn locate(&self, _key: &Self::Key) -> (Option<u16>, Option<String>) {
+        (None, None)
+    }
+
+    /// Deletes `key`'s state (`RESET`), within [`Store::timeout`]; `hold` as for
+    /// [`Store::decide`]. Default: nothing is kept, nothing to delete.
+    ///
+    /// # Errors
+    /// As [`Store::decide`].
+    fn delete<H: Send + 'static>(
+        self: &Arc<Self>,
+        route: Self::Route,
+        key: Self::Key,
+        hold: H,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        drop((route, key, hold));
+        std::future::ready(Ok(()))
+    }
 }
 
 /// A Redis key built once per request (`<prefix>:{<rule>:<key>}:<suffix>`), ready to be

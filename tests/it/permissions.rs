@@ -14,7 +14,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-const NOBODY: u32 = 65534;
+pub(crate) const NOBODY: u32 = 65534;
 
 fn my_uid() -> u32 {
     // SAFETY: getuid cannot fail.
@@ -65,14 +65,14 @@ allow_gids = [{NOBODY}]
 
 /// A line-protocol client running as another user: `socat` as `uid`/`gid`, fed through
 /// its stdin, replies read from its stdout by a thread. Killed on drop.
-struct AsUser {
+pub(crate) struct AsUser {
     child: Child,
     stdin: Option<ChildStdin>,
     replies: mpsc::Receiver<String>,
 }
 
 impl AsUser {
-    fn connect(socket: &std::path::Path, uid: u32, gid: u32) -> AsUser {
+    pub(crate) fn connect(socket: &std::path::Path, uid: u32, gid: u32) -> AsUser {
         use std::os::unix::process::CommandExt;
         let mut cmd = Command::new("socat");
         cmd.arg("-t5")
@@ -101,7 +101,7 @@ impl AsUser {
         }
     }
 
-    fn request(&mut self, line: &str) -> String {
+    pub(crate) fn request(&mut self, line: &str) -> String {
         let stdin = self.stdin.as_mut().unwrap();
         writeln!(stdin, "{line}").unwrap();
         stdin.flush().unwrap();
@@ -119,7 +119,7 @@ impl Drop for AsUser {
     }
 }
 
-fn skip_unless_root() -> bool {
+pub(crate) fn skip_unless_root() -> bool {
     if my_uid() != 0 {
         eprintln!("skipped: needs root to run a client as uid {NOBODY}");
         return true;
@@ -128,7 +128,7 @@ fn skip_unless_root() -> bool {
 }
 
 /// A daemon whose socket nobody can reach (the harness's temp dir is 0700).
-fn start(config: &str) -> Daemon {
+pub(crate) fn start(config: &str) -> Daemon {
     let d = Daemon::start(config);
     std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
     d

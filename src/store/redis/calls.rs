@@ -11,7 +11,8 @@ use crate::store::scripts;
 use crate::store::topology::Primary;
 use crate::store::{SlotOp, SlotReply, Store, StoreError, StoreKey, UntilDone, HELD_AT_MOST};
 use fred::error::Error;
-use fred::types::Key;
+use fred::interfaces::ClientLike;
+use fred::types::{ClusterHash, CustomCommand, Key, Value};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,6 +122,31 @@ impl Store for RedisStore {
         let on = Arc::clone(&primary);
         self.held(primary, hold, async move {
             store.slots_unbounded(&on, &key, &params, &op).await
+        })
+    }
+
+    /// The key's hash slot (as Redis Cluster computes it from the hash tag; a
+    /// standalone Redis has no slots but the figure is the same) and its primary.
+    fn locate(&self, key: &StoreKey) -> (Option<u16>, Option<String>) {
+        let slot = fred::util::redis_keyslot(key.0.as_bytes());
+        let primary = self.owner(key).map(|p| p.name().to_owned());
+        (Some(slot), primary)
+    }
+
+    /// `DEL` of the key on its primary: its state and any leases recorded in it.
+    fn delete<H: Send + 'static>(
+        self: &Arc<Self>,
+        primary: Arc<Primary>,
+        key: StoreKey,
+        hold: H,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let client = primary.client.clone();
+        let del = CustomCommand::new_static("DEL", ClusterHash::FirstKey, false);
+        self.held(primary, hold, async move {
+            client
+                .custom::<Value, _>(del, vec![Value::from(key.0)])
+                .await
+                .map(drop)
         })
     }
 }

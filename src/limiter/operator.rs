@@ -1,0 +1,221 @@
+//! What the operator verbs ask of the limiter: a key's state without taking anything
+//! (`INSPECT`), a key's state deleted (`RESET`), the rules in force (`RULES`); `TOP` is
+//! [`Limiter::top_keys`]. The server formats the answers; the access check
+//! (`server.admin_uids`) is the server's too.
+//!
+//! Neither verb counts as a decision: no decision counter, no hot key, no deny cache
+//! entry comes from them.
+
+use super::query::redis_decision;
+use super::{ActiveRule, CheckError, Limiter};
+use crate::admission::Peer;
+use crate::clock::local_clock_us;
+use crate::config::Rule;
+use crate::decision::Decision;
+use crate::fallback::decide_without_redis;
+use crate::key::{fits, tag_in, KeyHash, TAG_MAX};
+use crate::store::Store;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// What `INSPECT <rule> <key>` reports.
+#[derive(Debug, Clone)]
+pub struct Inspection {
+    /// The rule in force, its parameters.
+    pub rule: Arc<Rule>,
+    /// The answer a `CHECK` of cost 0 would get now (nothing taken; from Redis by a dry
+    /// run, else as the rule decides without Redis).
+    pub decision: Decision,
+    /// The rule's policy window, ms.
+    pub window_ms: u64,
+    /// Leases this daemon holds on the key, and their unspent units.
+    pub lease_grants: u64,
+    /// Units of those leases not spent yet.
+    pub lease_units: u64,
+    /// The key's hash slot, when the store has slots.
+    pub slot: Option<u16>,
+    /// The primary owning the key (`host:port`), when known.
+    pub primary: Option<String>,
+    /// This daemon holds a DENY for the key in its deny cache.
+    pub cached_deny: bool,
+    /// This daemon holds a local bucket for the key.
+    pub local_bucket: bool,
+    /// Why the store was not asked, or failed (the decision is then decided without it).
+    pub store_error: Option<String>,
+}
+
+/// An operator's answer on its way (a Redis call, bounded by `redis.timeout_ms`).
+pub type Pending<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S: Store> Limiter<S> {
+    /// The rule named `name` in force, if any.
+    pub fn rule(&self, name: &str) -> Option<Arc<Rule>> {
+        self.rules.load().get(name).map(|e| Arc::clone(&e.rule))
+    }
+
+    /// Every rule in force, by name.
+    pub fn rules(&self) -> Vec<Arc<Rule>> {
+        let mut rules: Vec<Arc<Rule>> = self
+            .rules
+            .load()
+            .values()
+            .map(|e| Arc::clone(&e.rule))
+            .collect();
+        rules.sort_by(|a, b| a.name.cmp(&b.name));
+        rules
+    }
+
+    /// The entry of rule `rule` and the hash of its tag with `key`.
+    fn operated(&self, rule: &[u8], key: &[u8]) -> Result<(Arc<ActiveRule>, KeyHash), CheckError> {
+        let rules = self.rules.load();
+        let entry = std::str::from_utf8(rule)
+            .ok()
+            .and_then(|name| rules.get(name))
+            .ok_or(CheckError::UnknownRule)?;
+        if !fits(rule, key) {
+            return Err(CheckError::KeyTooLong);
+        }
+        Ok((Arc::clone(entry), self.keys.of(rule, key)))
+    }
+
+    /// `INSPECT`: the state of `key` under `rule` as a `CHECK` of cost 0 would see it,
+    /// and what this daemon holds for it. A Redis call holds one of `peer`'s slots of
+    /// requests in flight to Redis.
+    ///
+    /// # Errors
+    /// Unknown rule, a key too long, or `peer` at its share of requests in flight
+    /// ([`CheckError::Busy`]).
+    pub fn inspect(
+        self: &Arc<Self>,
+        rule: &[u8],
+        key: &[u8],
+        peer: &Peer,
+    ) -> Result<Pending<Inspection>, CheckError> {
+        let (entry, hash) = self.operated(rule, key)?;
+        let rule = Arc::clone(&entry.rule);
+        let now = local_clock_us();
+        let (lease_grants, lease_units) = self.leases.held_by(hash);
+        let mut seen = Inspection {
+            decision: Decision {
+                allowed: true,
+                limit: rule.limit(),
+                remaining: 0,
+                reset_ms: 0,
+                wait_ms: 0,
+                source: crate::decision::Source::Local,
+            },
+            window_ms: rule.window_ms,
+            lease_grants,
+            lease_units,
+            slot: None,
+            primary: None,
+            cached_deny: self.cache.holds(hash, now),
+            local_bucket: self.local.holds(hash),
+            store_error: None,
+            rule,
+        };
+        let Some(redis) = &self.redis else {
+            let r = &seen.rule;
+            seen.decision = if seen.local_bucket {
+                self.local
+                    .decide(hash, r.limit(), &r.params, r.sketch_tag, 0, now)
+            } else {
+                // A key never decided: a new key's state, without making it a bucket.
+                let o = r.params.decide(&mut None, now, 0);
+                Decision {
+                    allowed: o.allowed,
+                    limit: r.limit(),
+                    remaining: o.remaining,
+                    reset_ms: o.reset_ms,
+                    wait_ms: o.wait_ms,
+                    source: crate::decision::Source::Local,
+                }
+            };
+            return Ok(Box::pin(std::future::ready(seen)));
+        };
+        let mut buf = [0u8; TAG_MAX];
+        let tag = tag_in(&mut buf, &seen.rule.name, key).ok_or(CheckError::KeyTooLong)?;
+        let redis_key = redis.key(tag, &seen.rule.params);
+        (seen.slot, seen.primary) = redis.locate(&redis_key);
+        let Some(route) = redis.route(&redis_key) else {
+            seen.decision = decide_without_redis(&self.local, &seen.rule, hash, 0, now);
+            seen.store_error = Some("the key's primary is bypassed (its breaker is open)".into());
+            return Ok(Box::pin(std::future::ready(seen)));
+        };
+        let slot = peer.call_permit().ok_or_else(|| self.busy(peer))?;
+        let (this, redis) = (Arc::clone(self), Arc::clone(redis));
+        Ok(Box::pin(async move {
+            let r = Arc::clone(&seen.rule);
+            match redis
+                .decide(route, redis_key, r.params, 0, true, slot)
+                .await
+            {
+                Ok(o) => seen.decision = redis_decision(&r, &o),
+                Err(e) => {
+                    seen.decision =
+                        decide_without_redis(&this.local, &r, hash, 0, local_clock_us());
+                    seen.store_error = Some(e.to_string());
+                }
+            }
+            seen
+        }))
+    }
+
+    /// `RESET`: deletes `key`'s state under `rule` in the store, then in this daemon's
+    /// local buckets, and clears this daemon's deny cache (whole: a DENY is remembered
+    /// per thread too, and a reset is rare; the keys it held are asked of Redis once
+    /// more). Other daemons' cached DENYs of the key end within `cache.ttl_ms`; a lease
+    /// a daemon holds on the key is spent until its deadline (its grant is gone from
+    /// Redis: its unspent units lapse).
+    ///
+    /// # Errors
+    /// As [`Limiter::inspect`]. The future's `Err` says why the store's state was not
+    /// deleted (the key's primary bypassed, or the call failed); the local state is
+    /// forgotten anyway.
+    pub fn reset(
+        self: &Arc<Self>,
+        rule: &[u8],
+        key: &[u8],
+        peer: &Peer,
+    ) -> Result<Pending<Result<(), String>>, CheckError> {
+        let (entry, hash) = self.operated(rule, key)?;
+        let forget = move |this: &Self| {
+            this.local.forget(hash);
+            this.cache.clear();
+        };
+        let Some(redis) = &self.redis else {
+            forget(self);
+            return Ok(Box::pin(std::future::ready(Ok(()))));
+        };
+        let mut buf = [0u8; TAG_MAX];
+        let tag = tag_in(&mut buf, &entry.rule.name, key).ok_or(CheckError::KeyTooLong)?;
+        let redis_key = redis.key(tag, &entry.rule.params);
+        let Some(route) = redis.route(&redis_key) else {
+            forget(self);
+            return Ok(Box::pin(std::future::ready(Err(
+                "the key's primary is bypassed (its breaker is open): its state in Redis is unchanged; retry when it is back".into(),
+            ))));
+        };
+        let slot = peer.call_permit().ok_or_else(|| self.busy(peer))?;
+        let (this, redis) = (Arc::clone(self), Arc::clone(redis));
+        Ok(Box::pin(async move {
+            let deleted = redis.delete(route, redis_key, slot).await;
+            // After the delete: a DENY Redis gave before it is not remembered after.
+            forget(&this);
+            deleted.map_err(|e| format!("Redis did not delete the key's state: {e}"))
+        }))
+    }
+
+    /// The refusal of an operator's call when `peer` holds its share of the requests in
+    /// flight to Redis.
+    fn busy(&self, peer: &Peer) -> CheckError {
+        let limits = peer.in_flight_limits();
+        CheckError::Busy {
+            uid: peer.uid,
+            held: peer.uid_in_flight(),
+            per_uid: limits.per_uid,
+            total: limits.total,
+        }
+    }
+}
