@@ -82,7 +82,6 @@ impl<S: Store> Limiter<S> {
         let Some(route) = redis.route(&redis_key) else {
             return self.fallback(entry, key, key_bytes, cost, now_us);
         };
-        entry.sent(key, key_bytes, now_us);
         let (this, redis, entry) = (Arc::clone(self), Arc::clone(redis), Arc::clone(entry));
         match slot {
             Some(slot) if hot => {

@@ -192,9 +192,17 @@ fn limit_fields_are_validated_naming_field_and_line() {
             "[metrics]\nmax_connections = 0\n",
             "metrics.max_connections",
         ),
-        ("[metrics]\nlisten = \"nowhere\"\n", "metrics.listen"),
-        ("[metrics]\nlisten = 70000\n", "metrics.listen"),
-        ("[metrics]\nlisten = true\n", "metrics.listen"),
+        // A listen address is checked as it is read, by one rule for both its tables:
+        // the message names the field and both tables, the location names the line.
+        (
+            "[metrics]\nlisten = \"nowhere\"\n",
+            "listen ([http] or [metrics])",
+        ),
+        (
+            "[metrics]\nlisten = 70000\n",
+            "listen ([http] or [metrics])",
+        ),
+        ("[metrics]\nlisten = true\n", "listen ([http] or [metrics])"),
     ] {
         let err = Config::parse(text, "t.toml").unwrap_err().to_string();
         assert!(
