@@ -1,9 +1,10 @@
 //! Saturated keys of every shape are fully used: with demand far above the rule, two
 //! daemons admit at least 90 % of what the rule admits (a token bucket: `capacity +
-//! refill_rate × T` over the measured interval T; a window: `limit` per whole window) and
-//! never more, with at most one script call per ten ALLOWs whenever the rate is at least
-//! 100/s (Redis's count of EVALSHA, less the daemons' heartbeats measured idle). Small bursts at high rates are the shapes a lease of only what the bucket
-//! holds now starves (capacity 10 at 2,000/s admitted 1.7 %): a saturated holder's lease
+//! refill_rate × T` over the measured interval T; a window: `limit` per whole window;
+//! 60 % for buckets full within 20 ms, see [`floor`]) and never more, with at most one
+//! script call per ten ALLOWs whenever the rate is at least 100/s (Redis's count of
+//! EVALSHA, less the daemons' heartbeats measured idle). Small bursts at high rates are
+//! the shapes a lease of only what the bucket holds now starves (capacity 10 at 2,000/s admitted 1.7 %): a saturated holder's lease
 //! is a slice of the bucket, its share of the capacity and of the refill rate.
 
 use super::common::*;
