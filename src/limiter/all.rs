@@ -15,7 +15,7 @@
 //! (what it could take), then, if all could, each is taken.
 
 use super::query::redis_decision;
-use super::{ActiveRule, CheckError, Decided, Limiter};
+use super::{ActiveRule, CheckError, Decided, Detached, Limiter};
 use crate::admission::{CallPermit, Peer};
 use crate::algorithm::Params;
 use crate::clock::{local_clock_us, BatchClock};
@@ -35,7 +35,30 @@ pub struct Bound {
     pub decided: Decided,
     /// The binding triple's rule.
     pub rule: String,
+    /// Each triple's own decision (composite rules expanded into their members), in
+    /// request order: whether it alone would have been allowed, and its state; `None`
+    /// if it was never decided. Nothing was taken from any of them unless the
+    /// request's verdict is ALLOW.
+    pub each: Vec<Option<Decision>>,
 }
+
+impl Bound {
+    /// `each` as decided per merged item, put back in request order (`item_of`: the
+    /// item of each triple; empty: already in request order).
+    fn with_each(mut self, item_of: &[usize]) -> Bound {
+        if !item_of.is_empty() {
+            let per_item = std::mem::take(&mut self.each);
+            self.each = item_of
+                .iter()
+                .map(|&i| per_item.get(i).copied().flatten())
+                .collect();
+        }
+        self
+    }
+}
+
+/// A triple resolved: its position in the request, its rule, key and cost.
+pub(super) type Triple<'a> = (usize, Arc<ActiveRule>, &'a [u8], u32);
 
 /// A triple refused before anything was decided: which one, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,40 +142,67 @@ impl<S: Store> Limiter<S> {
     ) -> CheckAll {
         let rules = self.rules.load();
         // A composite rule among the triples stands for its members.
-        let mut expanded: Vec<(usize, &[u8], &[u8], u32)> = Vec::with_capacity(triples.len());
+        let mut expanded: Vec<Triple<'_>> = Vec::with_capacity(triples.len());
         for (index, &(rule, key, cost)) in triples.iter().enumerate() {
-            match std::str::from_utf8(rule).ok().and_then(|n| rules.get(n)) {
-                Some(entry) if !entry.rule.all_of.is_empty() => {
-                    if !peer.may(&entry.rule.access) {
-                        return CheckAll::Ready(Err(Refused {
-                            index,
-                            error: CheckError::Forbidden {
-                                rule: entry.rule.name.clone(),
-                                uid: peer.uid,
-                                gid: peer.gid,
-                            },
-                        }));
-                    }
-                    for m in &entry.rule.all_of {
-                        expanded.push((index, m.as_bytes(), key, cost));
-                    }
-                }
-                _ => expanded.push((index, rule, key, cost)),
-            }
-        }
-        let mut items: Vec<Item<S>> = Vec::with_capacity(expanded.len());
-        let mut seen: Vec<(&[u8], &[u8])> = Vec::with_capacity(expanded.len());
-        for &(index, rule, key, cost) in &expanded {
             let refuse = |error| CheckAll::Ready(Err(Refused { index, error }));
-            let Some(entry) = std::str::from_utf8(rule)
-                .ok()
-                .and_then(|name| rules.get(name))
-            else {
+            let Some(entry) = std::str::from_utf8(rule).ok().and_then(|n| rules.get(n)) else {
                 return refuse(CheckError::UnknownRule);
             };
+            if entry.rule.all_of.is_empty() {
+                expanded.push((index, Arc::clone(entry), key, cost));
+                continue;
+            }
+            if !peer.may(&entry.rule.access) {
+                return refuse(CheckError::Forbidden {
+                    rule: entry.rule.name.clone(),
+                    uid: peer.uid,
+                    gid: peer.gid,
+                });
+            }
+            for m in &entry.rule.all_of {
+                let Some(member) = rules.get(m.as_str()) else {
+                    return refuse(CheckError::UnknownRule);
+                };
+                expanded.push((index, Arc::clone(member), key, cost));
+            }
+        }
+        self.check_entries(&expanded, clock, peer)
+    }
+
+    /// Decides `triples` of [`Detached`] rules (the Envoy front end's strict mode), all
+    /// or nothing, as [`Limiter::check_all`] does for named rules; their access lists
+    /// are not checked.
+    pub fn check_all_detached(
+        self: &Arc<Self>,
+        triples: &[(&Detached, &[u8], u32)],
+        clock: &mut BatchClock,
+        peer: &Peer,
+    ) -> CheckAll {
+        let expanded: Vec<Triple<'_>> = triples
+            .iter()
+            .enumerate()
+            .map(|(i, &(rule, key, cost))| (i, Arc::clone(&rule.0), key, cost))
+            .collect();
+        self.check_entries(&expanded, clock, peer)
+    }
+
+    /// Decides `expanded` (the request's position, a resolved rule, key, cost), all
+    /// or nothing; [`Bound::each`] follows the order of `expanded`.
+    pub(super) fn check_entries(
+        self: &Arc<Self>,
+        expanded: &[Triple<'_>],
+        clock: &mut BatchClock,
+        peer: &Peer,
+    ) -> CheckAll {
+        let mut items: Vec<Item<S>> = Vec::with_capacity(expanded.len());
+        let mut seen: Vec<(&str, &[u8])> = Vec::with_capacity(expanded.len());
+        let mut item_of: Vec<usize> = Vec::with_capacity(expanded.len());
+        for (index, entry, key, cost) in expanded {
+            let (index, key, cost) = (*index, *key, *cost);
+            let refuse = |error| CheckAll::Ready(Err(Refused { index, error }));
             let entry = entry.for_key(key);
             let r = &entry.rule;
-            if !peer.may(&r.access) {
+            if !entry.detached && !peer.may(&r.access) {
                 return refuse(CheckError::Forbidden {
                     rule: r.name.clone(),
                     uid: peer.uid,
@@ -174,11 +224,16 @@ impl<S: Store> Limiter<S> {
             if !fits(r.name.as_bytes(), key) {
                 return refuse(CheckError::KeyTooLong);
             }
-            if let Some(i) = seen.iter().position(|&(a, b)| a == rule && b == key) {
+            if let Some(i) = seen
+                .iter()
+                .position(|&(a, b)| a == r.name.as_str() && b == key)
+            {
                 items[i].cost = items[i].cost.saturating_add(cost);
+                item_of.push(i);
                 continue;
             }
-            seen.push((rule, key));
+            seen.push((r.name.as_str(), key));
+            item_of.push(items.len());
             items.push(Item {
                 entry: Arc::clone(entry),
                 key: self.keys.of(r.name.as_bytes(), key),
@@ -193,7 +248,7 @@ impl<S: Store> Limiter<S> {
         let Some(redis) = &self.redis else {
             let all: Vec<usize> = (0..items.len()).collect();
             self.locally(&mut items, &all, true, clock.now_us());
-            return CheckAll::Ready(Ok(self.finish(&items)));
+            return CheckAll::Ready(Ok(self.finish(&items, &item_of)));
         };
         let mut groups: Vec<(u16, Group<S>)> = Vec::new();
         let mut local = Vec::new();
@@ -227,7 +282,7 @@ impl<S: Store> Limiter<S> {
         }
         if groups.is_empty() {
             self.locally(&mut items, &local, false, clock.now_us());
-            return CheckAll::Ready(Ok(self.finish(&items)));
+            return CheckAll::Ready(Ok(self.finish(&items, &item_of)));
         }
         let mut permits = Vec::with_capacity(groups.len());
         for _ in &groups {
@@ -249,7 +304,9 @@ impl<S: Store> Limiter<S> {
         let redis = Arc::clone(redis);
         let groups: Vec<Group<S>> = groups.into_iter().map(|(_, g)| g).collect();
         CheckAll::Redis(Box::pin(async move {
-            this.together(&redis, items, groups, local, permits).await
+            this.together(&redis, items, groups, local, permits)
+                .await
+                .with_each(&item_of)
         }))
     }
 
@@ -336,7 +393,7 @@ impl<S: Store> Limiter<S> {
         if !allowed {
             self.undo(redis, &items, &groups, &taken).await;
         }
-        self.finish(&items)
+        self.finish(&items, &[])
     }
 
     /// Gives back what the shards in `taken` reserved, all at once, each bounded by
@@ -413,13 +470,15 @@ impl<S: Store> Limiter<S> {
     /// The reply: the binding triple (on DENY the denied one with the longest
     /// `wait_ms`; on ALLOW the one with the fewest `remaining` relative to its limit),
     /// with the request's verdict; each triple's decision counted under its rule.
-    fn finish(&self, items: &[Item<S>]) -> Bound {
+    fn finish(&self, items: &[Item<S>], item_of: &[usize]) -> Bound {
         let allowed = items
             .iter()
             .all(|it| it.decision.is_some_and(|d| d.allowed));
         let now = local_clock_us();
         let mut best: Option<(usize, Decision)> = None;
+        let mut each = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
+            each.push(item.decision);
             let Some(mut d) = item.decision else { continue };
             let denied = !d.allowed;
             d.allowed = allowed;
@@ -459,6 +518,8 @@ impl<S: Store> Limiter<S> {
                 window_ms: rule.map_or(0, |r| r.window_ms),
             },
             rule: rule.map_or_else(String::new, |r| r.name.clone()),
+            each,
         }
+        .with_each(item_of)
     }
 }

@@ -23,6 +23,7 @@ mod config_doc;
 mod connections_per_uid;
 mod envoy_compat;
 mod envoy_listen;
+mod envoy_strict;
 mod eviction;
 mod garbage;
 mod harness;
