@@ -31,7 +31,8 @@
 # client's own; the longest wait among DENYs, the fewest remaining among ALLOWs; then
 # the lowest remaining/limit; then the first) and returns like rl_check (2 if any
 # check was rejected). rl_parse LINE [RULE] sets the RL_* variables from one reply.
-# rl_check_all "RULE KEY [COST]"... (1 to 8, KEY as for rl_check_many): one CHECKALL,
+# rl_check_all "RULE KEY [COST]"... (1 to 8; KEY without spaces, percent-encoded by
+# the client as for rl_check): one CHECKALL,
 # all or nothing: allowed only if every check is, and then each is taken; on a DENY
 # none is consumed. Sets the RL_* variables from the binding check (RL_RULE is its
 # rule) and returns like rl_check; more than 8 (or none) returns 2.
@@ -288,7 +289,7 @@ rl_check_all() {
   for c in "$@"; do
     read -r rule key cost <<<"$c"
     first=${first:-$rule}
-    line+=" $rule $key ${cost:-1}"
+    line+=" $rule $(rl_encode_key "$key") ${cost:-1}"
   done
   rl__round_trip "$line"$'\n' 1
   err=$RL_ERROR

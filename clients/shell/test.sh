@@ -138,6 +138,8 @@ T="an unreachable daemon: one warning on stderr naming RL_SOCKET, then fail open
 
 . "$here/conformance.sh"
 conformance_all
+. "$here/conformance_several.sh"
+conformance_several_all
 
 echo "shell: $passed passed, $failed failed"
 [ "$failed" = 0 ]

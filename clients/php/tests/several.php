@@ -62,3 +62,40 @@ test('unreachable daemon: one warning naming the socket path, then fail open', f
     check(count($warnings) === 1, 'one warning: ' . json_encode($warnings));
     check(str_contains($warnings[0], $path) && str_contains($warnings[0], 'failing open'), json_encode($warnings));
 });
+
+// conformance.json's several_cases: CHECKALL and REFUND against the scripted stand-in.
+$several = json_decode((string) file_get_contents(__DIR__ . '/../../conformance.json'), true)['several_cases'] ?? [];
+check(count($several) > 0, 'conformance.json has several_cases');
+foreach ($several as $c) {
+    test("conformance several {$c['name']}", function () use ($c) {
+        $d = new StandIn($c['daemon'], $c['replies'] ?? []);
+        $o = $c['options'] ?? [];
+        $rl = new Client($d->socket, ($o['timeout_ms'] ?? 5000) / 1000, $o['fail_open'] ?? true);
+        $want = $c['expect'];
+        set_error_handler(fn () => true, E_USER_WARNING);
+        try {
+            try {
+                $r = $c['call'] === 'refund'
+                    ? $rl->refund(...$c['checks'][0])
+                    : $rl->checkAll($c['checks']);
+            } catch (RequestError $e) {
+                check(isset($want['raises']) && $e->errorCode === $want['raises'], "raised {$e->errorCode}");
+                return;
+            }
+            check(!isset($want['raises']), 'should raise ' . ($want['raises'] ?? ''));
+            $have = [
+                'allowed' => $r->allowed, 'limit' => $r->limit, 'remaining' => $r->remaining,
+                'reset_ms' => $r->resetMs, 'wait_ms' => $r->waitMs, 'window_ms' => $r->windowMs,
+                'source' => $r->source, 'rule' => $r->rule, 'error' => $r->error !== null && $r->error !== '',
+            ];
+            check($have === $want['result'], 'result ' . json_encode($have) . " ({$r->error}) want " . json_encode($want['result']));
+            if (isset($c['requests'])) {
+                check($d->requests() === $c['requests'], 'requests ' . json_encode($d->requests()));
+            }
+        } finally {
+            restore_error_handler();
+            $rl->close();
+            $d->stop();
+        }
+    });
+}
