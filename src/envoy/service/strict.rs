@@ -9,7 +9,7 @@
 //! are only read (a cost of 0). Shadow-mode descriptors are taken on their own: they
 //! never deny the request. A rule `CHECKALL` refuses (a leased rule; every Redis call
 //! slot in use) decides its descriptors one by one, as the default mode does, with a
-//! warning the first time.
+//! warning the first time. A request with one held descriptor is decided as by default.
 
 use super::{answer, Active, DescriptorAnswer, DescriptorCall, Override, Rls};
 use crate::clock::BatchClock;
@@ -59,7 +59,9 @@ impl Rls {
             .iter()
             .any(|p| matches!(p, DescriptorCall::Done(st, _) if st.code == Code::OverLimit as i32))
             || held.iter().any(|h| h.hits > limit_of(h));
-        if !blocked {
+        // One held descriptor alone is all or nothing already: the usual flow (deny
+        // cache, lease) decides it.
+        if !blocked && held.len() > 1 {
             let triples: Option<Vec<(&Detached, &[u8], u32)>> = held
                 .iter()
                 .map(|h| Some((detached(active, h)?, h.key.as_bytes(), h.hits as u32)))
