@@ -190,3 +190,67 @@ fn strict_mode_takes_nothing_from_a_denied_requests_other_descriptors_over_a_clu
         false,
     );
 }
+
+/// A descriptor asking more than its limit (`hits_addend` above it) can never pass: in
+/// strict mode the request's other descriptors are only read; by default they are taken.
+#[test]
+fn a_descriptor_that_can_never_pass_leaves_the_others_untouched_in_strict_mode() {
+    for strict in [true, false] {
+        let d = Daemon::start(&format!("[redis]\nmode = \"none\"\n{}", limits(strict)));
+        let sock = d.dir().join("rls.sock");
+        assert!(
+            wait_until(Duration::from_secs(5), || sock.exists()),
+            "{}",
+            d.log_tail(10)
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (over, read) = rt.block_on(async move {
+            let ch = Endpoint::from_static("http://localhost")
+                .connect_with_connector(tower::service_fn(move |_| {
+                    let path = sock.clone();
+                    async move {
+                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                            tokio::net::UnixStream::connect(path).await?,
+                        ))
+                    }
+                }))
+                .await
+                .expect("connecting over the Unix socket");
+            let mut c = RateLimitServiceClient::new(ch);
+            let too_many = u64::from(TIGHT) + 1;
+            let req = RateLimitRequest {
+                domain: "rides".into(),
+                descriptors: vec![
+                    descriptor("user_id", "u", Some(too_many)),
+                    descriptor("ip", "10.1.1.1", Some(3)),
+                ],
+                hits_addend: 1,
+            };
+            let over = c.should_rate_limit(req).await.unwrap().into_inner();
+            let read = RateLimitRequest {
+                domain: "rides".into(),
+                descriptors: vec![descriptor("ip", "10.1.1.1", Some(0))],
+                hits_addend: 1,
+            };
+            (over, c.should_rate_limit(read).await.unwrap().into_inner())
+        });
+        let (ok, over_limit) = (Code::Ok as i32, Code::OverLimit as i32);
+        assert_eq!(
+            (
+                over.overall_code,
+                over.statuses[0].code,
+                over.statuses[1].code
+            ),
+            (over_limit, over_limit, ok),
+            "strict = {strict}"
+        );
+        let left = if strict { WIDE } else { WIDE - 3 };
+        assert_eq!(
+            read.statuses[0].limit_remaining, left,
+            "strict = {strict}: the ip budget"
+        );
+    }
+}
