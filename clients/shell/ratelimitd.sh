@@ -31,6 +31,14 @@
 # client's own; the longest wait among DENYs, the fewest remaining among ALLOWs; then
 # the lowest remaining/limit; then the first) and returns like rl_check (2 if any
 # check was rejected). rl_parse LINE [RULE] sets the RL_* variables from one reply.
+# rl_check_all "RULE KEY [COST]"... (1 to 8; KEY without spaces, percent-encoded by
+# the client as for rl_check): one CHECKALL,
+# all or nothing: allowed only if every check is, and then each is taken; on a DENY
+# none is consumed. Sets the RL_* variables from the binding check (RL_RULE is its
+# rule) and returns like rl_check; more than 8 (or none) returns 2.
+# rl_refund RULE KEY [UNITS]: gives UNITS (default 1) back (REFUND; never beyond the
+# capacity or limit); the RL_* variables are the state after it; returns like rl_check.
+# The first time the daemon cannot be reached, one line on stderr names RL_SOCKET.
 # rl_headers prints the HTTP headers for the last result, one per line.
 # rl_close closes the connection.
 
@@ -42,6 +50,7 @@ RL__PID=
 RL__IN=
 RL__OUT=
 RL__USED=
+RL__WARNED=
 
 # Percent-encodes every byte outside 0x21..0x7E, and '%' itself.
 rl_encode_key() {
@@ -162,8 +171,14 @@ rl__round_trip() {
   fi
   RL_ERROR=
   if [ "$rc" != 0 ]; then
-    rl_close
     if [ "$rc" = 3 ]; then RL_ERROR="timeout: no reply within ${RL_TIMEOUT} s"; else RL_ERROR="cannot reach the daemon at $RL_SOCKET"; fi
+    if [ "$rc" = 1 ] && [ "${#RL_REPLIES[@]}" = 0 ] && [ -z "$RL__WARNED" ] && rl__unreachable; then
+      # Once per shell: a wrong RL_SOCKET must not pass silently as "everything allowed".
+      RL__WARNED=1
+      if [ "$RL_FAIL_OPEN" = 1 ]; then rc="failing open (allowing)"; else rc="failing closed (denying)"; fi
+      echo "ratelimitd: warning: cannot reach the daemon at $RL_SOCKET: $rc until it answers" >&2
+    fi
+    rl_close
     for ((i = ${#RL_REPLIES[@]}; i < n; i++)); do RL_REPLIES+=("$(rl__fallback_line)"); done
   fi
   for line in "${RL_REPLIES[@]}"; do
@@ -174,6 +189,17 @@ rl__round_trip() {
     esac
   done
   return 0
+}
+
+# True when the connection's socat exited with a failure: it could not connect (a
+# daemon that closed the connection makes it exit with 0). Called after EOF, when it is
+# exiting anyway.
+rl__unreachable() {
+  [ -n "$RL__PID" ] || return 1
+  wait "$RL__PID" 2>/dev/null
+  local st=$?
+  RL__PID=
+  [ "$st" != 0 ] && [ "$st" != 127 ]
 }
 
 rl__fallback_line() {
@@ -252,4 +278,38 @@ rl_headers() {
 # rl_status: the HTTP status for the last result (429 when denied, else 200).
 rl_status() {
   if [ "$RL_VERDICT" = DENY ]; then echo 429; else echo 200; fi
+}
+
+rl_check_all() {
+  local line=CHECKALL c rule key cost first= rc err f
+  if [ $# -lt 1 ] || [ $# -gt 8 ]; then
+    RL_ERROR="CHECKALL takes 1 to 8 checks, got $#" RL_VERDICT= RL_SOURCE=
+    return 2
+  fi
+  for c in "$@"; do
+    read -r rule key cost <<<"$c"
+    first=${first:-$rule}
+    line+=" $rule $(rl_encode_key "$key") ${cost:-1}"
+  done
+  rl__round_trip "$line"$'\n' 1
+  err=$RL_ERROR
+  rl_parse "${RL_REPLIES[0]}" "$first"
+  rc=$?
+  [ -n "$RL_ERROR" ] || RL_ERROR=$err
+  read -r -a f <<<"${RL_REPLIES[0]}"
+  # The binding rule, the 8th field of a daemon's verdict.
+  if [[ ${f[0]:-} == ALLOW || ${f[0]:-} == DENY ]] && [ -n "${f[7]:-}" ] && [[ $RL_SOURCE != client_* ]]; then
+    RL_RULE=${f[7]}
+  fi
+  return $rc
+}
+
+rl_refund() {
+  local err rc
+  rl__round_trip "REFUND $1 $(rl_encode_key "$2") ${3:-1}"$'\n' 1
+  err=$RL_ERROR
+  rl_parse "${RL_REPLIES[0]}" "$1"
+  rc=$?
+  [ -n "$RL_ERROR" ] || RL_ERROR=$err
+  return $rc
 }

@@ -129,8 +129,41 @@ new_daemon; RL_TIMEOUT=5
   rl_close
 ) && ok || fail "step $?"
 
+T="rl_check_all takes nothing when one check denies; rl_refund answers the state"
+(
+  rl_check_all "api sh:all:a" "api sh:all:b 1" && [ "$RL_RULE $RL_LIMIT $RL_REMAINING" = "api 5 4" ] || exit 1
+  rl_check_all "api sh:all:a" "api sh:all:b" && [ "$RL_REMAINING" = 3 ] || exit 2
+  rl_check api sh:all:a 3 && [ "$RL_REMAINING" = 0 ] || exit 3
+  for i in 1 2 3; do
+    rl_check_all "api sh:all:a" "api sh:all:b"; [ $? = 1 ] && [ "$RL_RULE" = api ] && [ "$RL_WAIT_MS" -gt 0 ] || exit 4
+  done
+  rl_check api sh:all:b 0 && [ "$RL_REMAINING" = 3 ] || exit 5 # b untouched by the denials
+  # Without Redis a refund gives nothing back (docs/PROTOCOL.md): the reply is the state.
+  rl_refund api sh:all:b 1 && [ "$RL_RULE $RL_LIMIT $RL_REMAINING" = "api 5 3" ] || exit 6
+  nine=(); for i in 1 2 3 4 5 6 7 8 9; do nine+=("api k"); done
+  rl_check_all "${nine[@]}"; [ $? = 2 ] || exit 7
+  rl_check_all "api k" "nope k"; [ $? = 2 ] && [[ $RL_ERROR == "ERR RULE "* ]] || exit 8
+  rl_close
+) && ok || fail "step $?"
+
+T="an unreachable daemon: one warning on stderr naming RL_SOCKET, then fail open"
+(
+  RL_SOCKET=$(mktemp -u "${TMPDIR:-/tmp}/rl-nowhere-XXXXXX.sock")
+  errs=$(mktemp "${TMPDIR:-/tmp}/rl-sh-err-XXXXXX")
+  {
+    rl_check api k && [ "$RL_SOURCE" = client_fail_open ] || exit 1
+    rl_check_all "api k" "fast k" && [ "$RL_SOURCE" = client_fail_open ] || exit 2
+    rl_refund api k 1 && [ "$RL_SOURCE" = client_fail_open ] || exit 3
+  } 2>"$errs"
+  n=$(grep -c "cannot reach the daemon at $RL_SOCKET: failing open" "$errs")
+  [ "$n" = 1 ] && [ "$(wc -l <"$errs")" = 1 ] || { cat "$errs"; rm -f "$errs"; exit 4; }
+  rm -f "$errs"
+) && ok || fail "step $?"
+
 . "$here/conformance.sh"
 conformance_all
+. "$here/conformance_several.sh"
+conformance_several_all
 
 echo "shell: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -100,6 +100,7 @@ pub(super) struct RawEnvoyConfig {
     listen: Option<EnvoyListen>,
     config_dir: Option<PathBuf>,
     ietf_headers: bool,
+    strict: bool,
     descriptor: Vec<Spanned<RawDescriptorRule>>,
 }
 
@@ -118,6 +119,11 @@ pub struct EnvoyConfig {
     /// descriptor closest to its limit. Off by default: Envoy's own `x-ratelimit-*`
     /// headers (`enable_x_ratelimit_headers`) need nothing from here.
     pub ietf_headers: bool,
+    /// Strict mode: a request's descriptors are decided all or nothing (the limiter's
+    /// `check_all`), so a request over one descriptor's limit takes nothing from the
+    /// others. Off by default: each descriptor is taken on its own, as
+    /// envoyproxy/ratelimit does (docs/ENVOY.md, "Strict mode").
+    pub strict: bool,
     /// Descriptors decided by TOML rules.
     pub descriptors: Vec<DescriptorRule>,
 }
@@ -184,6 +190,7 @@ impl RawEnvoyConfig {
             listen,
             config_dir: self.config_dir,
             ietf_headers: self.ietf_headers,
+            strict: self.strict,
             descriptors,
         })
     }

@@ -156,6 +156,8 @@ pub struct Limits {
     pub all: Vec<Arc<Limit>>,
     /// `[envoy] ietf_headers`: answers carry `RateLimit-Policy` and `RateLimit`.
     pub ietf_headers: bool,
+    /// `[envoy] strict`: a request's descriptors are decided all or nothing.
+    pub strict: bool,
 }
 
 /// True if `value` matches a pattern split on `*` (each `*` matches any run, possibly

@@ -32,6 +32,7 @@ pub fn limits_for(config: &Config) -> Result<Option<Shared>, ConfigError> {
         config.fallback.hosts,
     )?;
     limits.ietf_headers = config.envoy.ietf_headers;
+    limits.strict = config.envoy.strict;
     Ok(Some(Arc::new(limits)))
 }
 

@@ -18,6 +18,7 @@
 //! ```
 
 mod all;
+mod all_decide;
 mod lease;
 mod operator;
 mod query;

@@ -26,6 +26,7 @@ mod ctl;
 mod dashboard;
 mod envoy_compat;
 mod envoy_listen;
+mod envoy_strict;
 mod eviction;
 mod garbage;
 mod harness;

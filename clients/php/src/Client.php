@@ -22,10 +22,15 @@ namespace RateLimitd;
  */
 final class Client
 {
+    use SeveralLimits;
+
     public const DEFAULT_SOCKET = '/run/ratelimitd/ratelimitd.sock';
 
     /** @var resource|null */
     private $conn = null;
+
+    /** True once the daemon could not be reached and a warning named the socket path. */
+    private bool $warned = false;
 
     public function __construct(
         public readonly string $path = self::DEFAULT_SOCKET,
@@ -52,10 +57,24 @@ final class Client
         if (!$checks) {
             return [];
         }
-        $payload = '';
+        $requests = [];
         foreach ($checks as $c) {
-            $payload .= Protocol::requestLine($c[0], $c[1], $c[2] ?? 1);
+            $requests[] = [Protocol::requestLine($c[0], $c[1], $c[2] ?? 1), $c[0], [Protocol::class, 'parseReply']];
         }
+        return $this->roundTrip($requests);
+    }
+
+    /**
+     * Sends the request lines in one write and reads one reply per line, with the failure
+     * policy of checkMany(). Each request: [line, rule named in a fallback, parser(line, rule)].
+     *
+     * @param list<array{0: string, 1: string, 2: callable(string, string): Result}> $requests
+     * @return list<Result>
+     */
+    private function roundTrip(array $requests): array
+    {
+        $payload = implode('', array_column($requests, 0));
+        $checks = $requests;
         $n = count($checks);
         $deadline = microtime(true) + $this->timeout;
         $lines = [];
@@ -88,11 +107,11 @@ final class Client
         $bug = null;
         foreach ($checks as $i => $c) {
             if (!isset($lines[$i])) {
-                $out[] = $this->fallback($c[0], "ratelimitd at {$this->path}: " . ($cause ?? 'no reply'));
+                $out[] = $this->fallback($c[1], "ratelimitd at {$this->path}: " . ($cause ?? 'no reply'));
                 continue;
             }
             try {
-                $out[] = Protocol::parseReply($lines[$i], $c[0]);
+                $out[] = ($c[2])($lines[$i], $c[1]);
             } catch (RequestError $e) {
                 if (in_array($e->errorCode, RequestError::CODES, true)) {
                     $bug ??= $e;
@@ -100,10 +119,10 @@ final class Client
                 // BUSY and PERM close the connection; INTERNAL and later versions' codes
                 // leave it open. Either way the daemon cannot serve this check now.
                 $inStep = $inStep && $e->errorCode !== 'BUSY' && $e->errorCode !== 'PERM';
-                $out[] = $this->fallback($c[0], "daemon said: {$lines[$i]}");
+                $out[] = $this->fallback($c[1], "daemon said: {$lines[$i]}");
             } catch (\UnexpectedValueException $e) {
                 $inStep = false;
-                $out[] = $this->fallback($c[0], $e->getMessage());
+                $out[] = $this->fallback($c[1], $e->getMessage());
             }
         }
         if ($cause !== null || !$inStep) {
@@ -162,6 +181,12 @@ final class Client
         $errstr = '';
         $conn = @stream_socket_client('unix://' . $this->path, $errno, $errstr, max($deadline - microtime(true), 0.001), $flags);
         if (!$conn) {
+            if (!$this->warned) {
+                // Once per Client: a wrong path must not pass silently as "everything allowed".
+                $this->warned = true;
+                $then = $this->failOpen ? 'failing open (allowing)' : 'failing closed (denying)';
+                trigger_error("ratelimitd: cannot reach the daemon at {$this->path} ($errstr): $then until it answers", E_USER_WARNING);
+            }
             throw new \RuntimeException("cannot connect: $errstr");
         }
         return $conn;

@@ -30,6 +30,41 @@ final class Protocol
     }
 
     /**
+     * "CHECKALL <rule> <key> <cost> ...\n" for 1 to 8 [rule, key, cost = 1] checks; more,
+     * fewer or a bad rule or key is a caller bug.
+     *
+     * @param list<array{0: string, 1: string, 2?: int}> $checks
+     */
+    public static function checkAllLine(array $checks): string
+    {
+        if (count($checks) < 1 || count($checks) > 8) {
+            throw new RequestError('PROTO', 'CHECKALL takes 1 to 8 checks, got ' . count($checks));
+        }
+        $parts = [];
+        foreach ($checks as $c) {
+            $parts[] = substr(self::requestLine((string) $c[0], (string) $c[1], (int) ($c[2] ?? 1)), 6, -1);
+        }
+        return 'CHECKALL ' . implode(' ', $parts) . "\n";
+    }
+
+    /** "REFUND <rule> <key> <units>\n". */
+    public static function refundLine(string $rule, string $key, int $units): string
+    {
+        return 'REFUND ' . substr(self::requestLine($rule, $key, $units), 6);
+    }
+
+    /** Parses a CHECKALL reply: a CHECK reply whose 8th field names the binding rule. */
+    public static function parseCheckAllReply(string $line, string $rule = ''): Result
+    {
+        $r = self::parseReply($line, $rule);
+        $f = preg_split('/[ \t]+/', trim($line)) ?: [];
+        if (!isset($f[7]) || $f[7] === '') {
+            return $r;
+        }
+        return new Result($r->allowed, $r->limit, $r->remaining, $r->resetMs, $r->waitMs, $r->source, $f[7], $r->windowMs);
+    }
+
+    /**
      * Parses a CHECK reply: six fields or more; the 7th, window_ms, is optional (older
      * daemons) and later ones are ignored. An ERR line throws RequestError whatever its code
      * (the caller decides which codes are caller bugs); anything else unusable throws

@@ -58,6 +58,7 @@ echo '# testing ' . dirname((string) $reflection->getFileName()) . "\n";
 require __DIR__ . '/conformance.php';
 require __DIR__ . '/daemon.php';
 require __DIR__ . '/slots.php';
+require __DIR__ . '/several.php';
 
 run_pending();
 exec('rm -rf ' . escapeshellarg($app));

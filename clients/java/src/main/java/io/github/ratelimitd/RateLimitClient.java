@@ -17,6 +17,9 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.Executor;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.logging.Level;
+import java.util.logging.Logger;
 
 /**
  * A client for ratelimitd, safe to share between threads.
@@ -52,6 +55,9 @@ public final class RateLimitClient implements AutoCloseable {
   private final int maxIdle;
   private final Executor executor;
   private final ArrayDeque<Connection> idle = new ArrayDeque<>();
+  private static final Logger LOG = Logger.getLogger(RateLimitClient.class.getName());
+  /** Set once the daemon could not be reached and a warning named the socket path. */
+  private final AtomicBoolean warned = new AtomicBoolean();
 
   private RateLimitClient(Builder b) {
     this.socket = b.socket;
@@ -63,6 +69,11 @@ public final class RateLimitClient implements AutoCloseable {
 
   /** A client for the socket at path with the defaults (200 ms, fail-open). */
   public RateLimitClient(String socket) {
+    this(builder().socket(socket));
+  }
+
+  /** A client for the socket at path with the defaults (200 ms, fail-open). */
+  public RateLimitClient(Path socket) {
     this(builder().socket(socket));
   }
 
@@ -81,6 +92,12 @@ public final class RateLimitClient implements AutoCloseable {
     /** The daemon's socket (default {@value #DEFAULT_SOCKET}). */
     public Builder socket(String path) {
       this.socket = Path.of(path);
+      return this;
+    }
+
+    /** The daemon's socket (default {@value #DEFAULT_SOCKET}). */
+    public Builder socket(Path path) {
+      this.socket = Objects.requireNonNull(path);
       return this;
     }
 
@@ -135,7 +152,25 @@ public final class RateLimitClient implements AutoCloseable {
       Protocol.appendRequest(sb, c);
     }
     byte[] payload = sb.toString().getBytes(StandardCharsets.US_ASCII);
-    int n = checks.size();
+    List<String> rules = new ArrayList<>(checks.size());
+    for (Check c : checks) {
+      rules.add(c.rule());
+    }
+    return roundTrip(payload, rules, Protocol::parseReply);
+  }
+
+  /** Parses one reply line for the check of rule. */
+  @FunctionalInterface
+  interface ReplyParser {
+    Result parse(String line, String rule) throws Protocol.BadReply;
+  }
+
+  /**
+   * Writes payload (one request line per rule) and reads one reply per line, with the
+   * failure policy of {@link #checkMany}.
+   */
+  List<Result> roundTrip(byte[] payload, List<String> rules, ReplyParser parser) {
+    int n = rules.size();
     long deadline = System.nanoTime() + timeoutNanos;
     List<String> lines = new ArrayList<>(n);
     String cause = null;
@@ -144,7 +179,7 @@ public final class RateLimitClient implements AutoCloseable {
     boolean reused = conn != null;
     try {
       if (conn == null) {
-        conn = Connection.open(socket, deadline);
+        conn = open(deadline);
       }
       reusable = conn.exchange(payload, n, deadline, lines);
     } catch (IOException e) {
@@ -156,7 +191,7 @@ public final class RateLimitClient implements AutoCloseable {
         // daemon is alive but slow, and a retry would double the wait.
         drainIdle();
         try {
-          conn = Connection.open(socket, deadline);
+          conn = open(deadline);
           reusable = conn.exchange(payload, n, deadline, lines);
         } catch (IOException e2) {
           close(conn);
@@ -170,14 +205,14 @@ public final class RateLimitClient implements AutoCloseable {
     List<Result> out = new ArrayList<>(n);
     RequestException bug = null;
     for (int i = 0; i < n; i++) {
-      String rule = checks.get(i).rule();
+      String rule = rules.get(i);
       if (i >= lines.size()) {
         out.add(Result.fallback(rule, failOpen, cause));
         continue;
       }
       String line = lines.get(i);
       try {
-        out.add(Protocol.parseReply(line, rule));
+        out.add(parser.parse(line, rule));
       } catch (RequestException e) {
         if (Protocol.REQUEST_ERRORS.contains(e.code())) {
           bug = bug == null ? e : bug;
@@ -223,6 +258,24 @@ public final class RateLimitClient implements AutoCloseable {
     drainIdle();
   }
 
+  /**
+   * A new connection; the first time the daemon cannot be reached (not a timeout), one
+   * warning naming the socket path, so that a wrong path does not pass silently.
+   */
+  private Connection open(long deadline) throws IOException {
+    try {
+      return Connection.open(socket, deadline);
+    } catch (IOException e) {
+      if (!(e instanceof SocketTimeoutException) && !warned.getAndSet(true)) {
+        LOG.log(
+            Level.WARNING,
+            "ratelimitd: cannot reach the daemon at {0} ({1}): failing {2} until it answers",
+            new Object[] {socket, e.getMessage(), failOpen ? "open (allowing)" : "closed (denying)"});
+      }
+      throw e;
+    }
+  }
+
   private String describe(IOException e) {
     String msg = e.getMessage() == null ? e.getClass().getSimpleName() : e.getMessage();
     if (e instanceof SocketTimeoutException) {
@@ -263,5 +316,37 @@ public final class RateLimitClient implements AutoCloseable {
   /** Kept connections right now (for tests and metrics). */
   synchronized int idleConnections() {
     return idle.size();
+  }
+
+  /**
+   * Decides 1 to 8 checks as one request ({@code CHECKALL}): allowed only if every one is,
+   * and then each is taken; on a denial none is consumed. The result is the binding check's
+   * (the denied one with the longest wait, or the one closest to its limit), its rule in
+   * {@link Result#rule()}. When the daemon cannot answer: the fallback of {@link #check}
+   * (the first check's rule).
+   *
+   * @throws RequestException fewer than 1 or more than 8 checks, or a caller bug the daemon
+   *     reports ({@code ERR PROTO/RULE/KEY/COST})
+   */
+  public Result checkAll(List<Check> checks) {
+    byte[] line = SeveralLimits.checkAllLine(checks).getBytes(StandardCharsets.US_ASCII);
+    return roundTrip(line, List.of(checks.get(0).rule()), SeveralLimits::parseCheckAllReply)
+        .get(0);
+  }
+
+  /** {@link #checkAll(List)} of its arguments. */
+  public Result checkAll(Check... checks) {
+    return checkAll(List.of(checks));
+  }
+
+  /**
+   * Gives units back to key's budget under rule ({@code REFUND}): never beyond its capacity
+   * or limit, never into another window. The result is the state after the refund (a check of
+   * cost 0).
+   */
+  public Result refund(String rule, String key, long units) {
+    byte[] line =
+        SeveralLimits.refundLine(new Check(rule, key, units)).getBytes(StandardCharsets.US_ASCII);
+    return roundTrip(line, List.of(rule), Protocol::parseReply).get(0);
   }
 }

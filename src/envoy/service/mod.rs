@@ -10,7 +10,10 @@
 //! above the limit can never pass: `OVER_LIMIT`, nothing consumed. The descriptors are
 //! decided concurrently; the request is `OVER_LIMIT` if any descriptor not in
 //! `shadow_mode` is. Units a descriptor admitted stay taken when another descriptor of
-//! the same request is over its limit (as in envoyproxy/ratelimit; docs/ENVOY.md).
+//! the same request is over its limit (as in envoyproxy/ratelimit; docs/ENVOY.md),
+//! unless `[envoy] strict` is on ([`strict`]: all or nothing).
+
+mod strict;
 
 use super::limits::{rule_name, Decider, Limit, Shared, Unit};
 use super::metrics::{self as m, LimitCounters, Verdict};
@@ -208,7 +211,8 @@ impl Rls {
             .collect();
         let mut clock = BatchClock::default();
         let mut pending = Vec::with_capacity(found.len());
-        for (d, f) in req.descriptors.iter().zip(&found) {
+        let mut held = Vec::new();
+        for (index, (d, f)) in req.descriptors.iter().zip(&found).enumerate() {
             let Some((limit, key, over)) = f
                 .as_ref()
                 .filter(|(l, _, _)| l.name.is_empty() || !replaced.contains(&l.name.as_str()))
@@ -220,10 +224,32 @@ impl Rls {
             let hits = d
                 .hits_addend
                 .map_or(u64::from(req.hits_addend.max(1)), |h| h.value);
+            if active.limits.strict
+                && !limit.shadow_mode
+                && matches!(limit.decider, Decider::Rule(_))
+            {
+                // Decided below, with the request's other held descriptors.
+                held.push(strict::Held {
+                    index,
+                    limit: Arc::clone(limit),
+                    key: key.clone(),
+                    over: over.clone(),
+                    hits,
+                });
+                pending.push(DescriptorCall::Done(status(Code::Ok, None, 0, 0), None));
+                continue;
+            }
             pending.push(self.start(&active, limit, key, over.as_ref(), hits, &mut clock));
         }
-        let decided =
-            futures::future::join_all(pending.into_iter().map(DescriptorCall::settle)).await;
+        let together = self.start_held(&active, &pending, held, &mut clock);
+        let (mut decided, held) = futures::future::join(
+            futures::future::join_all(pending.into_iter().map(DescriptorCall::settle)),
+            together,
+        )
+        .await;
+        for (index, answer) in held {
+            decided[index] = answer;
+        }
         Ok(active.respond(decided))
     }
 
@@ -347,25 +373,30 @@ impl DescriptorCall {
             Check::Ready(Err(e)) => unreachable!("a detached rule was refused: {e}"),
         };
         let d = decided.decision;
-        let over = never || !d.allowed;
-        let remaining = if over {
-            0
-        } else {
-            d.remaining.min(u64::from(u32::MAX)) as u32
-        };
-        let code = if over && !limit.shadow_mode {
-            Code::OverLimit
-        } else {
-            Code::Ok
-        };
-        let outcome = match (over, limit.shadow_mode) {
-            (false, _) => Verdict::Ok,
-            (true, false) => Verdict::OverLimit,
-            (true, true) => Verdict::ShadowOverLimit,
-        };
-        (
-            status(code, Some(&limit), remaining, d.reset_ms),
-            Some((limit, outcome)),
-        )
+        answer(limit, never || !d.allowed, d.remaining, d.reset_ms)
     }
+}
+
+/// A decided descriptor's answer: `OVER_LIMIT` if `over` (`OK` in `shadow_mode`), its
+/// `remaining` units and `reset_ms` (the limiter's decision).
+fn answer(limit: Arc<Limit>, over: bool, remaining: u64, reset_ms: u64) -> DescriptorAnswer {
+    let remaining = if over {
+        0
+    } else {
+        remaining.min(u64::from(u32::MAX)) as u32
+    };
+    let code = if over && !limit.shadow_mode {
+        Code::OverLimit
+    } else {
+        Code::Ok
+    };
+    let outcome = match (over, limit.shadow_mode) {
+        (false, _) => Verdict::Ok,
+        (true, false) => Verdict::OverLimit,
+        (true, true) => Verdict::ShadowOverLimit,
+    };
+    (
+        status(code, Some(&limit), remaining, reset_ms),
+        Some((limit, outcome)),
+    )
 }
