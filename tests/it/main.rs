@@ -16,6 +16,7 @@ mod algorithms;
 mod batch;
 mod bounded;
 mod cluster;
+mod cluster_batch;
 mod cluster_slots;
 mod config_doc;
 mod connections_per_uid;
