@@ -17,6 +17,7 @@ mod batch;
 mod bounded;
 mod cluster;
 mod cluster_batch;
+mod cluster_batch_moves;
 mod cluster_slots;
 mod config_doc;
 mod connections_per_uid;
