@@ -1,25 +1,49 @@
--- The batch script's loop: several decisions of one standalone Redis in one EVALSHA
--- (src/store/batch.rs). src/store/scripts.rs builds the script: first
--- `local items, ARGV, keys, KEYS = ARGV, {}, KEYS, {}` (so prelude.lua, next, reads no
--- "now" and asks TIME once for the whole batch, and its functions, like the
--- algorithms', see the KEYS[1] this loop sets), then prelude.lua, the shared parts,
--- each algorithm's script as a function `decide_<kind>(ARGV)` listed in `algorithms`
--- (in the order of src/algorithm/registry.rs), and this file.
+-- The batch script's loop: several decisions of one primary in one EVALSHA
+-- (src/store/batch.rs). src/store/scripts.rs builds the script: first a head that sets
+-- `keys` (the decisions' keys), `at` (where the first decision's item starts in ARGV)
+-- and empties ARGV and KEYS (so prelude.lua, next, reads no "now" and asks TIME once
+-- for the whole batch, and its functions, like the algorithms', see the KEYS[1] this
+-- loop sets), then prelude.lua, the shared parts, each algorithm's script as a function
+-- `decide_<kind>(ARGV)` listed in `algorithms` (in the order of
+-- src/algorithm/registry.rs), and this file.
 --
+-- Standalone Redis (batch_lua):
 -- KEYS[i]  decision i's key
--- ARGV     per decision, in KEYS' order: its algorithm's index (0-based), the count n of
---          its arguments, then its n arguments, exactly as its own script takes them
---          (ARGV[4] "now", tests only; ARGV[5] "1" for a dry run)
+-- ARGV     the decisions' items
+-- Redis Cluster (cluster_batch_lua, `#!lua flags=allow-cross-slot-keys`):
+-- KEYS[1]  one of the keys, which routes the call to its primary
+-- ARGV     n, the n keys (decision i's is ARGV[1 + i]), then the decisions' items
+--
+-- An item: its algorithm's index (0-based), the count m of its arguments, then its m
+--          arguments, exactly as its own script takes them (ARGV[4] "now", tests only;
+--          ARGV[5] "1" for a dry run)
 -- Returns  per decision, its script's reply, or the text of the error it raised
 --          (on Redis 7 a Redis error reply as Redis gave it, such as "WRONGTYPE …" or
 --          "OOM …"; before 7, the text those versions raise, behind "ERR" unless it
---          starts with an error code; a Lua error as "ERR …", as a failed EVAL says).
+--          starts with an error code; a Lua error as "ERR …", as a failed EVAL says),
+--          or "ALONE <that text>" when Redis refused the key as not the node's own
+--          (cluster: see below).
 --
 -- Each decision runs as its own script would, one after another: from the batch's
 -- TIME (or its own "now"), on its own key, a failure of one not stopping the others.
+--
+-- Cluster: Redis checks every command a script runs as a client's, before running it
+-- (Redis 7 script.c scriptVerifyClusterState, Valkey 8 alike). A key of a slot another
+-- node owns, a key absent from a slot this node is migrating (it may already be on the
+-- new owner: absent here is not new), a key of a slot this node imports (no ASKING on
+-- this call) and a cluster that is down all raise "non local key", "TRYAGAIN" or
+-- "cluster is down". Such a key is returned as ALONE: the daemon sends it on its own,
+-- where ASK and MOVED are followed. A batched algorithm's first command on its key is
+-- a read (HMGET: src/store/scripts.rs checks it), so a refused key was never written.
+-- A key that is absent and not refused is absent from a slot the node owns and is not
+-- migrating: a new key, decided as one.
+local function refused(text)
+  return text:find('non local key', 1, true) or text:find('TRYAGAIN', 1, true)
+    or text:find('cluster is down', 1, true) or text:find('same slot', 1, true)
+    or text:find('^MOVED ') or text:find('^ASK ')
+end
 local base = now
 local out = {}
-local at = 1
 for i = 1, #keys do
   local kind, n = tonumber(items[at]), tonumber(items[at + 1])
   local args = {}
@@ -48,6 +72,9 @@ for i = 1, #keys do
       text = 'ERR ' .. text
     end
     out[i] = text
+  end
+  if not ok and refused(out[i]) then
+    out[i] = 'ALONE ' .. out[i]
   end
 end
 return out

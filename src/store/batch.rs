@@ -1,13 +1,13 @@
-//! Decisions for a standalone Redis sent together. Every EVALSHA costs Redis a command,
-//! a script call and a `TIME`, and costs the daemon a call through fred (its command,
-//! frame and futures). The decisions waiting for the primary when its sender task runs
-//! go in one EVALSHA of the batch script (`lua/batch.lua`), which runs each decision's
-//! own algorithm script as a function, in order, on its own key. Nothing waits to fill
-//! a batch: a decision that finds fewer than [`MAX_IN_FLIGHT`] batches in flight goes
-//! at once (alone, with its own script, when nothing else waits); the others queue and
-//! leave together when a batch comes back, or as soon as [`MAX_BATCH`] of them wait.
-//! So a decision waits in this queue for at most one batch's round trip, and never
-//! while a full batch could go.
+//! Decisions for one primary sent together. Every EVALSHA costs Redis a command, a
+//! script call and a `TIME`, and costs the daemon a call through fred (its command,
+//! frame and futures). The decisions waiting for a primary when its sender task runs go
+//! in one EVALSHA of the batch script (`lua/batch.lua`), which runs each decision's own
+//! algorithm script as a function, in order, on its own key. Nothing waits to fill a
+//! batch: a decision that finds fewer than [`MAX_IN_FLIGHT`] batches in flight goes at
+//! once (alone, with its own script, when nothing else waits); the others queue and
+//! leave together when a batch comes back, or as soon as [`MAX_BATCH`] of them wait. So
+//! a decision waits in this queue for at most one batch's round trip, and never while a
+//! full batch could go.
 //!
 //! Each decision keeps its own key and arguments, its reply, its `redis.timeout_ms`
 //! (the caller bounds its wait for the batch's answer, the time queued here included)
@@ -16,10 +16,17 @@
 //! `NOSCRIPT` after the reloads) is every decision's. The probes of an open breaker do
 //! not queue here: they measure Redis.
 //!
-//! Not batched: Redis Cluster (a script's keys must share a slot there, and a
-//! population of keys spreads over all 16,384), the sliding window log (its decision
-//! reads up to `limit` entries: a batch would hold all of its decisions as long as the
-//! slowest), and lease calls.
+//! Redis Cluster: each primary has its own queue, and a batch holds keys of any of its
+//! slots (the cluster batch script, [`scripts::cluster_batch_lua`]: one key declared to
+//! route the call, the others in `ARGV`). Redis refuses, per key, a key it cannot vouch
+//! for as the node's own and not moved away (another node's slot, a migrating slot's
+//! absent key, an importing slot's key): such a decision is answered [`Answer::Alone`]
+//! and its caller sends it on its own, where `ASK` and `MOVED` are followed, and its slot
+//! is held in doubt for a while ([`super::redis::unsettled`]): its keys skip the batches.
+//! A batch whose routing key itself is redirected sends every decision alone.
+//!
+//! Not batched: the sliding window log (its decision reads up to `limit` entries: a
+//! batch would hold all of its decisions as long as the slowest), and lease calls.
 
 use super::redis::RedisStore;
 use super::scripts;
@@ -31,6 +38,7 @@ use fred::types::{Key, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::time::Instant;
 
 /// At most this many decisions per EVALSHA. It bounds how long one script holds Redis
 /// (about 7–10 µs per token-bucket decision under `redis-benchmark`: under 1 ms for a
@@ -46,16 +54,33 @@ pub const MAX_IN_FLIGHT: usize = 2;
 /// What a decision's own script replied, or its error.
 pub type Reply = Result<Vec<i64>, Error>;
 
+/// What a batch did with one decision.
+pub(super) enum Answer {
+    /// Decided (or failed) as its own EVALSHA would have been.
+    Replied(Reply),
+    /// Not decided (Redis Cluster): its key may not be this primary's now; the caller
+    /// sends it on its own.
+    Alone,
+}
+
+/// True when decisions of `kind` may go in a batch: all but the sliding window log's.
+pub fn batchable(kind: Kind) -> bool {
+    kind != Kind::SlidingWindowLog
+}
+
 /// One decision waiting to be sent.
 pub(super) struct Job {
     pub key: StoreKey,
     pub kind: Kind,
     /// Its own script's arguments ([`scripts::args`] or [`scripts::peek_args`]).
     pub args: Vec<Value>,
-    pub reply: oneshot::Sender<Reply>,
+    /// When its caller started waiting (an `ASK` followed gets what is left of
+    /// `redis.timeout_ms`).
+    pub since: Instant,
+    pub reply: oneshot::Sender<Answer>,
 }
 
-/// The queue of one standalone primary's decisions and its sender task.
+/// The queue of one primary's decisions and its sender task.
 pub(super) struct Batcher {
     tx: mpsc::UnboundedSender<Job>,
     /// Taken by [`Batcher::start`].
@@ -85,8 +110,8 @@ impl Batcher {
     }
 
     /// Starts the sender task for `primary` (once; later calls do nothing). It ends when
-    /// the store goes away.
-    pub fn start(&self, store: Weak<RedisStore>, primary: Arc<Primary>) {
+    /// the store or the primary goes away (the primary holds this queue).
+    pub fn start(&self, store: Weak<RedisStore>, primary: Weak<Primary>) {
         let Some(mut rx) = self.rx.lock().ok().and_then(|mut rx| rx.take()) else {
             return;
         };
@@ -114,11 +139,10 @@ impl Batcher {
                         }
                     },
                 };
-                let Some(store) = store.upgrade() else {
+                let (Some(store), Some(primary)) = (store.upgrade(), primary.upgrade()) else {
                     return;
                 };
                 let batch = std::mem::replace(&mut jobs, Vec::with_capacity(MAX_BATCH));
-                let primary = Arc::clone(&primary);
                 // Its own task: the next batch goes out without waiting for this one's
                 // answer (fred pipelines them on the connection).
                 tokio::spawn(async move {
@@ -133,32 +157,43 @@ impl Batcher {
 impl RedisStore {
     /// Sends `batch` to `primary` and answers each job: one job with its own script
     /// (as without batching), more with the batch script, re-loaded on `NOSCRIPT` and
-    /// retried as [`RedisStore::run_script`] does.
+    /// retried as [`RedisStore::run_script_since`] does.
     async fn send_batch(&self, primary: &Primary, mut batch: Vec<Job>) {
         if batch.len() == 1 {
             if let Some(job) = batch.pop() {
                 let script = self.scripts.of(job.kind);
                 let args = || job.args.clone();
-                let reply = self.run_script(primary, script, &job.key, args).await;
+                let reply = self
+                    .run_script_since(primary, script, &job.key, args, job.since)
+                    .await;
                 // The caller may have stopped waiting (its timeout): nothing to do.
-                drop(job.reply.send(reply));
+                drop(job.reply.send(Answer::Replied(reply)));
             }
             return;
         }
         let keys: Vec<Key> = batch.iter().map(|j| j.key.0.clone()).collect();
+        let cluster = self.scripts.cluster_batch();
+        let (script, declared) = match cluster {
+            Some(script) => (script, vec![keys[0].clone()]),
+            None => (self.scripts.batch(), keys.clone()),
+        };
         let args = || {
-            let mut args = Vec::with_capacity(batch.iter().map(|j| j.args.len() + 2).sum());
+            let items: usize = batch.iter().map(|j| j.args.len() + 2).sum();
+            let mut args = Vec::with_capacity(items + keys.len() + 1);
+            if cluster.is_some() {
+                scripts::cluster_batch_call(&keys, &mut args);
+            }
             for job in &batch {
                 scripts::batch_args(job.kind, &job.args, &mut args);
             }
             args
         };
-        let script = self.scripts.batch();
         let mut generation = primary.reloads.load(Ordering::Acquire);
         let mut reloads = 0;
         let answer = loop {
-            let reply: Result<Value, Error> =
-                script.evalsha(&primary.client, keys.clone(), args()).await;
+            let reply: Result<Value, Error> = script
+                .evalsha(&primary.client, declared.clone(), args())
+                .await;
             match reply {
                 Err(e) if reloads < 2 && e.details().starts_with("NOSCRIPT") => {
                     if let Err(e) = self.reload_scripts(primary, generation).await {
@@ -172,6 +207,20 @@ impl RedisStore {
         };
         let replies = match answer {
             Ok(Value::Array(items)) if items.len() == batch.len() => items,
+            // The routing key's slot is migrating or has moved: that says nothing of the
+            // others, each goes on its own.
+            Err(e) if cluster.is_some() && is_redirect(&e) => {
+                self.unsettled.mark(keys[0].as_bytes());
+                tracing::debug!(
+                    primary = primary.name(),
+                    alone = batch.len(),
+                    "a batch was redirected: its decisions go on their own"
+                );
+                for job in batch {
+                    drop(job.reply.send(Answer::Alone));
+                }
+                return;
+            }
             Ok(other) => {
                 let e = Error::new(
                     ErrorKind::Parse,
@@ -188,39 +237,72 @@ impl RedisStore {
                 return;
             }
         };
+        let mut alone = 0;
         for (job, item) in batch.into_iter().zip(replies) {
-            drop(job.reply.send(item_reply(item)));
+            let answer = match item_reply(item) {
+                Some(reply) => Answer::Replied(reply),
+                None => {
+                    self.unsettled.mark(job.key.0.as_bytes());
+                    alone += 1;
+                    Answer::Alone
+                }
+            };
+            drop(job.reply.send(answer));
+        }
+        if alone > 0 {
+            // Counts only: keys are client data.
+            tracing::debug!(
+                primary = primary.name(),
+                alone,
+                "a batch refused keys not provably this primary's: they go on their own"
+            );
         }
     }
+}
+
+/// True for a redirection of a whole call (`MOVED`, `ASK`).
+fn is_redirect(e: &Error) -> bool {
+    let d = e.details();
+    d.starts_with("MOVED ") || d.starts_with("ASK ")
 }
 
 /// Gives every job of `batch` the error `e` of the whole call.
 fn answer_all(batch: Vec<Job>, e: &Error) {
     for job in batch {
-        drop(job.reply.send(Err(e.clone())));
+        drop(job.reply.send(Answer::Replied(Err(e.clone()))));
     }
 }
 
 /// One decision's part of the batch script's reply: its script's integers, or the text
-/// of its error.
-fn item_reply(item: Value) -> Reply {
-    match item {
-        Value::Array(values) => values
-            .into_iter()
-            .map(|v| match v {
-                Value::Integer(i) => Ok(i),
-                other => Err(Error::new(
-                    ErrorKind::Parse,
-                    format!("script returned {other:?} where an integer was expected"),
-                )),
-            })
-            .collect(),
-        Value::String(text) => Err(item_error(&text)),
-        Value::Bytes(bytes) => Err(item_error(&String::from_utf8_lossy(&bytes))),
-        other => Err(Error::new(
-            ErrorKind::Parse,
-            format!("batch script returned {other:?} for one decision"),
-        )),
+/// of its error; `None` for a key Redis refused as not the node's own (`ALONE …`).
+fn item_reply(item: Value) -> Option<Reply> {
+    let text = match item {
+        Value::Array(values) => {
+            return Some(
+                values
+                    .into_iter()
+                    .map(|v| match v {
+                        Value::Integer(i) => Ok(i),
+                        other => Err(Error::new(
+                            ErrorKind::Parse,
+                            format!("script returned {other:?} where an integer was expected"),
+                        )),
+                    })
+                    .collect(),
+            )
+        }
+        Value::String(text) => text.to_string(),
+        Value::Bytes(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        other => {
+            return Some(Err(Error::new(
+                ErrorKind::Parse,
+                format!("batch script returned {other:?} for one decision"),
+            )))
+        }
+    };
+    match text.starts_with("ALONE ") {
+        true => None,
+        false => Some(Err(item_error(&text))),
     }
 }
 
@@ -245,16 +327,22 @@ mod tests {
     #[test]
     fn an_item_reads_as_its_own_script_reply() {
         let ok = Value::Array(vec![1.into(), 4.into(), 1000.into(), 0.into()]);
-        assert_eq!(item_reply(ok).ok(), Some(vec![1, 4, 1000, 0]));
+        assert_eq!(
+            item_reply(ok).and_then(Result::ok),
+            Some(vec![1, 4, 1000, 0])
+        );
         let bad = Value::Array(vec![1.into(), Value::from("x")]);
-        assert!(item_reply(bad).is_err());
+        assert!(matches!(item_reply(bad), Some(Err(_))));
+        let refused =
+            Value::from("ALONE ERR Script attempted to access a non local key in a cluster node");
+        assert!(item_reply(refused).is_none());
     }
 
     #[test]
     fn item_errors_are_classified_as_a_lone_call_s() {
         let key = |text: &str| {
             let e = item_reply(Value::from(text))
-                .err()
+                .and_then(Result::err)
                 .map(StoreError::from_redis);
             matches!(e, Some(StoreError::Key(_)))
         };

@@ -12,7 +12,8 @@ use fred::types::scripts::Script;
 use fred::types::Value;
 
 /// Every algorithm's script, then every lease script, then the batch script, the
-/// all-or-nothing script and the give-back script, loaded together.
+/// all-or-nothing script, the give-back script and (Redis Cluster only) the cluster
+/// batch script, loaded together.
 pub struct Scripts(Vec<Script>);
 
 /// The lease script of an algorithm that takes leases (`lease = "auto"`): prelude, the
@@ -24,15 +25,20 @@ pub fn lease_lua(kind: Kind) -> Option<&'static str> {
 }
 
 impl Scripts {
-    /// The scripts of every algorithm in the table and the lease scripts (their SHA1
-    /// computed once).
-    pub fn new() -> Self {
+    /// The scripts of every algorithm in the table, the lease scripts and the batch
+    /// script; with `clustered`, the cluster batch script too (its `#!lua` flags line
+    /// needs Redis 7 or Valkey 8, so a standalone Redis is never asked to load it).
+    /// Their SHA1 computed once.
+    pub fn new(clustered: bool) -> Self {
         let decisions = Kind::ALL.iter().map(|k| k.spec().lua);
         let leases = Kind::ALL.iter().map(|k| lease_lua(*k).unwrap_or(""));
         let mut scripts: Vec<Script> = decisions.chain(leases).map(Script::from_lua).collect();
         scripts.push(Script::from_lua(batch_lua()));
         scripts.push(Script::from_lua(super::multi::all_lua()));
         scripts.push(Script::from_lua(super::multi::give_back_lua()));
+        if clustered {
+            scripts.push(Script::from_lua(cluster_batch_lua()));
+        }
         Scripts(scripts)
     }
 
@@ -62,6 +68,12 @@ impl Scripts {
         &self.0[2 * Kind::ALL.len() + 2]
     }
 
+    /// The cluster batch script ([`cluster_batch_lua`]); `None` unless made for a
+    /// cluster.
+    pub fn cluster_batch(&self) -> Option<&Script> {
+        self.0.get(2 * Kind::ALL.len() + 3)
+    }
+
     /// Every script.
     pub fn all(&self) -> &[Script] {
         &self.0
@@ -70,18 +82,55 @@ impl Scripts {
 
 impl Default for Scripts {
     fn default() -> Self {
-        Scripts::new()
+        Scripts::new(false)
     }
 }
 
-/// The batch script: several decisions, of any algorithms, in one EVALSHA
-/// (`lua/batch.lua` says how it is called and what it returns). Built from the
-/// algorithms' own files: the prelude and their shared parts once, then each
-/// algorithm's script as a function of its `ARGV`, in the order of [`Kind::ALL`] (the
-/// index [`batch_args`] sends). The loop sets the decision's key as `KEYS[1]` of a
-/// table the functions and the prelude's helpers share.
+/// The batch script of a standalone Redis: several decisions, of any algorithms, in one
+/// EVALSHA (`lua/batch.lua` says how it is called and what it returns), each key
+/// declared in `KEYS`. Built from the algorithms' own files: the prelude and their
+/// shared parts once, then each algorithm's script as a function of its `ARGV`, in the
+/// order of [`Kind::ALL`] (the index [`batch_args`] sends). The loop sets the
+/// decision's key as `KEYS[1]` of a table the functions and the prelude's helpers
+/// share.
 pub fn batch_lua() -> String {
-    let mut lua = String::from("local items, ARGV, keys, KEYS = ARGV, {}, KEYS, {}\n");
+    batch_lua_from("local items, ARGV, keys, KEYS = ARGV, {}, KEYS, {}\nlocal at = 1\n")
+}
+
+/// The batch script of Redis Cluster: [`batch_lua`] for keys of several slots of one
+/// primary. A script's declared keys must share a slot, so one key is declared (to
+/// route the call: [`cluster_batch_call`]) and every decision's key goes in `ARGV`,
+/// which Redis 7 and Valkey 8 allow with the `allow-cross-slot-keys` flag as long as
+/// every key is the node's own. Redis checks each command the script runs as it checks
+/// a command of a client: a key of a slot another node owns, a key absent from a slot
+/// this node is migrating (it may have moved), and a key of a slot it is importing
+/// raise an error before the command runs; the loop (`lua/batch.lua`) returns those as
+/// `ALONE …`, to be sent on their own.
+pub fn cluster_batch_lua() -> String {
+    batch_lua_from(
+        "#!lua flags=allow-cross-slot-keys\n\
+         local items, ARGV, KEYS = ARGV, {}, {}\n\
+         local keys, at = {}, tonumber(items[1]) + 2\n\
+         for i = 1, at - 2 do\n  keys[i] = items[i + 1]\nend\n",
+    )
+}
+
+/// The cluster batch script's `KEYS` and the head of its `ARGV` for `keys`: the first
+/// key declared (the call goes where it lives), then the count of keys and the keys.
+/// Each decision's [`batch_args`] follow.
+pub fn cluster_batch_call(
+    keys: &[fred::types::Key],
+    into: &mut Vec<Value>,
+) -> Vec<fred::types::Key> {
+    into.push(Value::Integer(keys.len() as i64));
+    into.extend(keys.iter().cloned().map(Value::from));
+    keys.first().cloned().into_iter().collect()
+}
+
+/// The batch script with `head` (where the keys come from, and `at`, the index of the
+/// first decision's item in `ARGV`) in front.
+fn batch_lua_from(head: &str) -> String {
+    let mut lua = String::from(head);
     lua.push_str(include_str!("../../lua/prelude.lua"));
     let mut parts: Vec<&str> = Vec::new();
     for part in Kind::ALL.iter().flat_map(|k| k.spec().parts) {
@@ -263,5 +312,42 @@ mod tests {
         );
         let shared = Params::FixedWindow(WindowParams::shared(10, 1000, 4));
         assert_eq!(args(&shared, 2)[0], Value::Double(2.5));
+    }
+
+    /// A cluster batch decides a key only once Redis has checked it as the node's own
+    /// (`lua/batch.lua`): that check comes at the decision's first command on its key,
+    /// which for every batched algorithm must be a read, so a key refused there was
+    /// never written (the prelude's and the shared parts' writes come after it).
+    #[test]
+    fn a_batched_decision_reads_its_key_before_any_write() {
+        let calls = |lua: &str| {
+            lua.match_indices("redis.call('")
+                .map(|(at, m)| {
+                    let rest = &lua[at + m.len()..];
+                    rest[..rest.find('\'').unwrap_or(0)].to_owned()
+                })
+                .collect::<Vec<_>>()
+        };
+        for kind in Kind::ALL
+            .iter()
+            .filter(|k| crate::store::batch::batchable(**k))
+        {
+            let spec = kind.spec();
+            for part in spec.parts {
+                assert!(
+                    calls(part).is_empty(),
+                    "{}: a shared part calls Redis",
+                    spec.name
+                );
+            }
+            let first = calls(spec.body);
+            assert_eq!(
+                first.first().map(String::as_str),
+                Some("HMGET"),
+                "{}: first command on its key",
+                spec.name
+            );
+        }
+        assert!(cluster_batch_lua().starts_with("#!lua flags=allow-cross-slot-keys\n"));
     }
 }

@@ -7,6 +7,7 @@
 //! The slot map comes from `CLUSTER SLOTS` (parsed by fred's `ClusterRouting`), asked of
 //! a primary that answers; standalone Redis is one primary owning every slot.
 
+use super::batch::Batcher;
 use super::health::{Circuit, PrimaryHealth};
 use fred::prelude::*;
 use fred::types::cluster::ClusterRouting;
@@ -34,6 +35,8 @@ pub struct Primary {
     pub reload_lock: tokio::sync::Mutex<()>,
     /// No longer owns a slot: its prober ends.
     pub retired: AtomicBool,
+    /// Its decisions waiting to go together ([`super::batch`]).
+    pub(super) batch: Batcher,
 }
 
 impl Primary {
@@ -167,6 +170,7 @@ pub fn primary(
         reloads: AtomicU64::new(0),
         reload_lock: tokio::sync::Mutex::new(()),
         retired: AtomicBool::new(false),
+        batch: Batcher::new(),
     }
 }
 

@@ -17,6 +17,8 @@ mod batch;
 mod bounded;
 mod checkall;
 mod cluster;
+mod cluster_batch;
+mod cluster_batch_moves;
 mod cluster_slots;
 mod composite;
 mod concurrency;

@@ -44,7 +44,7 @@ fn ints(resp: Resp) -> Vec<i64> {
 }
 
 /// The script of `params` and its arguments, as `RedisStore::decide` builds them.
-fn lua_call(params: &Params, cost: u64) -> (&'static str, Vec<String>) {
+pub(crate) fn lua_call(params: &Params, cost: u64) -> (&'static str, Vec<String>) {
     let micro = format!("{:.0}", cost as f64 * algorithm::MICRO);
     let window = |w: &WindowParams| {
         vec![
@@ -163,7 +163,7 @@ fn lua_lease_decide(key: &str, params: &Params, cost: u64, now_us: u64) -> Optio
 }
 
 /// The reference model's view of `params`.
-fn model_of(params: &Params) -> Algo {
+pub(crate) fn model_of(params: &Params) -> Algo {
     match *params {
         Params::TokenBucket(p) => Algo::TokenBucket {
             cap: p.capacity,

@@ -1,4 +1,5 @@
-//! Following an `ASK` redirection while a slot migrates between primaries.
+//! Following a redirection: an `ASK` while a slot migrates between primaries, a `MOVED`
+//! once it has moved and before the slot map says so.
 //!
 //! During a reshard (`CLUSTER SETSLOT … MIGRATING/IMPORTING`, then `MIGRATE` key by key)
 //! the slot's old owner still answers for the keys it holds and answers
@@ -7,7 +8,9 @@
 //! `MOVED` back (the slot is not yet its own). Both go as one fred pipeline, written
 //! back to back on that primary's connection, so no other command comes between them.
 //! The slot map does not change for it: the old owner keeps the slot until the
-//! migration ends with `MOVED`, which refreshes the map.
+//! migration ends with `MOVED`, which refreshes the map. A `MOVED` is followed once to
+//! the owner it names when that is a primary of the map (the new owner checks the key
+//! itself: a wrong guess is its own `MOVED`, decided locally as before).
 
 use super::RedisStore;
 use crate::store::StoreKey;
@@ -24,7 +27,66 @@ pub(super) fn ask_target(e: &Error) -> Option<&str> {
     words.next()
 }
 
+/// The `host:port` an `ASK` or `MOVED` error sends the command to, and whether it is an
+/// `ASK` (the call there needs an `ASKING` first).
+pub(super) fn redirect_target(e: &Error) -> Option<(&str, bool)> {
+    if let Some(target) = ask_target(e) {
+        return Some((target, true));
+    }
+    let mut words = e.details().strip_prefix("MOVED ")?.split_whitespace();
+    let _slot = words.next()?;
+    words.next().map(|t| (t, false))
+}
+
+/// Where a redirection sends a call.
+pub(super) struct Redirect<'a> {
+    /// `host:port`.
+    pub target: &'a str,
+    /// An `ASK`: `ASKING` first.
+    pub asking: bool,
+    /// The primary that redirected it.
+    pub from: &'a str,
+}
+
 impl RedisStore {
+    /// [`RedisStore::evalsha_asking`] for an `ASK`; for a `MOVED`, the same without the
+    /// `ASKING`, and only to a primary of the slot map other than the one that answered
+    /// (else `redirect` as it is: decided locally, the map refreshed).
+    ///
+    /// # Errors
+    /// As [`RedisStore::evalsha_asking`].
+    pub(super) async fn evalsha_redirected(
+        &self,
+        to: Redirect<'_>,
+        script: &Script,
+        key: &StoreKey,
+        args: Vec<Value>,
+        redirect: Error,
+        budget: Duration,
+    ) -> Result<Vec<i64>, Error> {
+        if to.asking {
+            return self
+                .evalsha_asking(to.target, script, key, args, redirect, budget)
+                .await;
+        }
+        let Some(primary) = self.topology.load().find(to.target).cloned() else {
+            return Err(redirect);
+        };
+        if to.target == to.from || primary.health.is_open() || !primary.client.is_connected() {
+            return Err(redirect);
+        }
+        let call = script.evalsha::<Vec<i64>, _, _, _>(&primary.client, key.0.clone(), args);
+        let followed = |why: &str| {
+            let details = format!("{} (followed to {}: {why})", redirect.details(), to.target);
+            Error::new(redirect.kind().clone(), details)
+        };
+        match tokio::time::timeout(budget, call).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(e)) => Err(followed(e.details())),
+            Err(_) => Err(followed("no answer within redis.timeout_ms")),
+        }
+    }
+
     /// EVALSHA of `script` for `key` with `args` on the primary named `target` (an
     /// `ASK` redirection's), after an `ASKING`, within `budget` (what is left of the
     /// decision's `redis.timeout_ms`, so that this call, not the old owner, is what ran
@@ -38,7 +100,7 @@ impl RedisStore {
     /// appended. The caller handles it as the redirection it was (decided locally, the
     /// slot map refreshed, one warning naming the cause), and the old owner's breaker
     /// hears nothing of the new owner's failure.
-    pub(super) async fn evalsha_asking(
+    async fn evalsha_asking(
         &self,
         target: &str,
         script: &Script,
@@ -107,6 +169,8 @@ mod tests {
         assert_eq!(ask_target(&ask), Some("127.0.0.1:7002"));
         let moved = Error::new(ErrorKind::Unknown, "MOVED 3999 127.0.0.1:7002");
         assert_eq!(ask_target(&moved), None);
+        assert_eq!(redirect_target(&moved), Some(("127.0.0.1:7002", false)));
+        assert_eq!(redirect_target(&ask), Some(("127.0.0.1:7002", true)));
         assert_eq!(ask_target(&Error::new(ErrorKind::Unknown, "ASK")), None);
     }
 }

@@ -17,7 +17,7 @@
 //! * Nothing queues for an unreachable primary: decisions for its keys are not sent
 //!   while its breaker is open, and a probe is not sent while its connection is down.
 
-use super::batch::{Batcher, Job};
+use super::batch::{batchable, Answer, Job};
 use super::connect::{connection_settings, credentials, secrets_fingerprint, servers, tls_files};
 use super::connection_errors::ConnectionErrors;
 use super::credentials::Credentials;
@@ -27,7 +27,7 @@ use super::scripts::{self, Scripts};
 use super::tls::Tls;
 use super::topology::{self, Primary, Topology};
 use super::{StoreError, StoreKey};
-use crate::algorithm::{token_bucket, Kind, Outcome, Params};
+use crate::algorithm::{token_bucket, Outcome, Params};
 use crate::config::{RedisConfig, RedisMode};
 use arc_swap::ArcSwap;
 use fred::prelude::*;
@@ -38,11 +38,13 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 mod ask;
 mod calls;
 mod probe;
 mod together;
+pub(super) mod unsettled;
 
 /// Delay between reconnection attempts, ms.
 pub const RECONNECT_DELAY_MS: u32 = 100;
@@ -79,8 +81,8 @@ pub struct RedisStore {
     pub(super) lateness: Arc<Lateness>,
     pub(super) slot_map_wanted: Notify,
     pub(super) slot_map_lock: tokio::sync::Mutex<()>,
-    /// Standalone (or Sentinel) Redis: the decisions' queue, sent in batches.
-    batcher: Option<Batcher>,
+    /// Redis Cluster: the slots whose keys skip the batches for a while.
+    pub(super) unsettled: unsettled::Unsettled,
     /// The expiry walks this daemon runs after reloads ([`super::expiry_walk`]).
     pub(super) walks: super::expiry_walk::Walks,
     /// This daemon's id in the walk elections (and the lease holder its walks name).
@@ -130,7 +132,7 @@ impl RedisStore {
             credentials,
             connection_errors: Arc::new(ConnectionErrors::default()),
             secrets_seen: std::sync::Mutex::new(secrets_fingerprint(cfg)),
-            scripts: Scripts::new(),
+            scripts: Scripts::new(clustered),
             prefix: cfg.prefix.clone(),
             clustered,
             timeout,
@@ -139,7 +141,7 @@ impl RedisStore {
             lateness: Arc::new(Lateness::new(timeout)),
             slot_map_wanted: Notify::new(),
             slot_map_lock: tokio::sync::Mutex::new(()),
-            batcher: (!clustered).then(Batcher::new),
+            unsettled: unsettled::Unsettled::new(),
             walks: super::expiry_walk::Walks::default(),
             holder: walker_id().into(),
         };
@@ -177,9 +179,6 @@ impl RedisStore {
         }
         for primary in &self.topology.load().primaries {
             self.run_primary(primary);
-            if let Some(batcher) = &self.batcher {
-                batcher.start(Arc::downgrade(self), Arc::clone(primary));
-            }
         }
         if self.clustered {
             let store = Arc::clone(self);
@@ -281,8 +280,12 @@ impl RedisStore {
         server
     }
 
-    /// Connects `primary`, opens its breaker on connection errors, and runs its prober.
+    /// Connects `primary`, opens its breaker on connection errors, and runs its prober
+    /// and its batches' sender.
     pub(super) fn run_primary(self: &Arc<Self>, primary: &Arc<Primary>) {
+        primary
+            .batch
+            .start(Arc::downgrade(self), Arc::downgrade(primary));
         self.record_errors(&primary.client);
         drop(primary.client.connect());
         let p = Arc::clone(primary);
@@ -365,10 +368,11 @@ impl RedisStore {
     /// with EVALSHA of `params`' script, unbounded; [`RedisStore::bounded`] bounds it.
     /// Re-loads the scripts on `NOSCRIPT` (one caller for all) and retries. With `peek`,
     /// a dry run ([`scripts::peek_args`]): the same reply, nothing taken or written.
-    /// On a standalone (or Sentinel) Redis the call goes with the others waiting, in one
-    /// EVALSHA ([`super::batch`]), unless it is a sliding window log's: its decision
-    /// reads up to `limit` entries, and a batch holds each of its decisions as long as
-    /// the slowest.
+    /// The call goes with the others waiting for the primary, in one EVALSHA
+    /// ([`super::batch`]), unless it is a sliding window log's (its decision reads up to
+    /// `limit` entries, and a batch holds each of its decisions as long as the slowest)
+    /// or its slot is in doubt ([`unsettled`]); a decision a cluster batch refused goes
+    /// again on its own.
     ///
     /// # Errors
     /// What Redis or the connection reports, or a malformed script reply.
@@ -380,26 +384,36 @@ impl RedisStore {
         cost: u32,
         peek: bool,
     ) -> Result<Outcome, Error> {
-        // The batcher sends to the one primary a standalone topology has: `primary`.
-        let batcher = self.batcher.as_ref().filter(|b| b.started());
-        if let Some(batcher) = batcher.filter(|_| params.kind() != Kind::SlidingWindowLog) {
+        let since = Instant::now();
+        let batched = batchable(params.kind())
+            && primary.batch.started()
+            && !(self.clustered && self.unsettled.holds(key.0.as_bytes()));
+        if batched {
             let (reply, answer) = oneshot::channel();
             let job = Job {
                 key: key.clone(),
                 kind: params.kind(),
                 args: decision_args(params, cost, peek),
+                since,
                 reply,
             };
-            if batcher.submit(job).is_ok() {
+            if primary.batch.submit(job).is_ok() {
                 // Only a bug of this process drops a job unanswered: the key's problem
                 // (an `ERR`), decided without Redis, not a failure of Redis.
-                let reply = answer.await.map_err(|_| {
-                    Error::new(ErrorKind::Unknown, "ERR the batch sender stopped")
-                })??;
-                return scripts::outcome(&reply);
+                match answer.await {
+                    Ok(Answer::Replied(reply)) => return scripts::outcome(&reply?),
+                    Ok(Answer::Alone) => {}
+                    Err(_) => {
+                        return Err(Error::new(
+                            ErrorKind::Unknown,
+                            "ERR the batch sender stopped",
+                        ))
+                    }
+                }
             }
         }
-        self.decide_alone(primary, key, params, cost, peek).await
+        self.decide_alone_since(primary, key, params, cost, peek, since)
+            .await
     }
 
     /// [`RedisStore::decide_unbounded`] with the decision's own script, in an EVALSHA of its own
@@ -415,22 +429,32 @@ impl RedisStore {
         cost: u32,
         peek: bool,
     ) -> Result<Outcome, Error> {
+        self.decide_alone_since(primary, key, params, cost, peek, Instant::now())
+            .await
+    }
+
+    /// [`RedisStore::decide_alone`] for a caller waiting since `since`.
+    async fn decide_alone_since(
+        &self,
+        primary: &Primary,
+        key: &StoreKey,
+        params: &Params,
+        cost: u32,
+        peek: bool,
+        since: Instant,
+    ) -> Result<Outcome, Error> {
         let script = self.scripts.of(params.kind());
         let args = || decision_args(params, cost, peek);
         // Boxed: fred's call future is several kB, and inline it would make every
         // decision's future (batched ones included) as large.
-        let reply = Box::pin(self.run_script(primary, script, key, args)).await?;
+        let reply = Box::pin(self.run_script_since(primary, script, key, args, since)).await?;
         scripts::outcome(&reply)
     }
 
-    /// EVALSHA of `script` for `key` on `primary`, with the arguments `args` makes (once
-    /// per attempt), and its integer reply. On `NOSCRIPT` (the node was flushed,
-    /// restarted or failed over) the scripts are re-loaded, one caller for all, and the
-    /// call retried; at most twice, as a flush may come right after someone else's
-    /// reload.
+    /// [`RedisStore::run_script_since`] for a caller waiting from now on.
     ///
     /// # Errors
-    /// What Redis or the connection reports, the reload's included.
+    /// As [`RedisStore::run_script_since`].
     pub(super) async fn run_script(
         &self,
         primary: &Primary,
@@ -438,26 +462,54 @@ impl RedisStore {
         key: &StoreKey,
         args: impl Fn() -> Vec<Value>,
     ) -> Result<Vec<i64>, Error> {
+        self.run_script_since(primary, script, key, args, Instant::now())
+            .await
+    }
+
+    /// EVALSHA of `script` for `key` on `primary`, with the arguments `args` makes (once
+    /// per attempt), and its integer reply. On `NOSCRIPT` (the node was flushed,
+    /// restarted or failed over) the scripts are re-loaded, one caller for all, and the
+    /// call retried; at most twice, as a flush may come right after someone else's
+    /// reload. A redirection is followed once, within what is left of `redis.timeout_ms`
+    /// for a caller waiting since `since`: an `ASK` (the slot is migrating and the key
+    /// has moved) to the new owner after an `ASKING`, a `MOVED` (the slot has moved and
+    /// the slot map has not caught up yet) to its owner if it is a primary of the map;
+    /// either way the key's slot is held in doubt ([`unsettled`]).
+    ///
+    /// # Errors
+    /// What Redis or the connection reports, the reload's included.
+    pub(super) async fn run_script_since(
+        &self,
+        primary: &Primary,
+        script: &Script,
+        key: &StoreKey,
+        args: impl Fn() -> Vec<Value>,
+        since: Instant,
+    ) -> Result<Vec<i64>, Error> {
         let mut generation = primary.reloads.load(Ordering::Acquire);
         let mut reloads = 0;
-        let started = tokio::time::Instant::now();
         loop {
             let reply: Result<Vec<i64>, Error> =
                 script.evalsha(&primary.client, key.0.clone(), args()).await;
-            // The slot is migrating and this key has moved: ask its new owner.
-            let asked = match &reply {
-                Err(e) => ask::ask_target(e).map(str::to_string),
+            let redirect = match &reply {
+                Err(e) => ask::redirect_target(e).map(|(to, asking)| (to.to_string(), asking)),
                 Ok(_) => None,
             };
-            match (reply, asked) {
-                (Err(e), Some(target)) => {
+            match (reply, redirect) {
+                (Err(e), Some((target, asking))) => {
+                    self.unsettled.mark(key.0.as_bytes());
                     // Ends before `bounded` would time the decision out (2 ms ahead).
                     let budget = self
                         .timeout
-                        .saturating_sub(started.elapsed())
+                        .saturating_sub(since.elapsed())
                         .saturating_sub(Duration::from_millis(2));
+                    let to = ask::Redirect {
+                        target: &target,
+                        asking,
+                        from: primary.name(),
+                    };
                     return self
-                        .evalsha_asking(&target, script, key, args(), e, budget)
+                        .evalsha_redirected(to, script, key, args(), e, budget)
                         .await;
                 }
                 (Err(e), None) if reloads < 2 && e.details().starts_with("NOSCRIPT") => {
@@ -481,12 +533,11 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Loads every script on one node.
+    /// Loads every script on one node, all at once (one round trip: a reload after
+    /// `NOSCRIPT` holds decisions waiting within their `redis.timeout_ms`).
     async fn load_scripts(&self, client: &Client) -> Result<(), Error> {
-        for script in self.scripts.all() {
-            script.load(client).await?;
-        }
-        Ok(())
+        let loads = self.scripts.all().iter().map(|script| script.load(client));
+        futures::future::try_join_all(loads).await.map(drop)
     }
 }
 
