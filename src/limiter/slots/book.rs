@@ -132,7 +132,9 @@ impl<K> Book<K> {
 
     /// Records `token`'s slot.
     pub fn insert(&mut self, token: String, held: Held<K>) {
-        metrics::slots_held(&held.entry.rule.name, 1.0);
+        if !held.entry.detached {
+            metrics::slots_held(&held.entry.rule.name, 1.0);
+        }
         self.by_conn
             .entry(held.conn)
             .or_default()
@@ -156,8 +158,10 @@ impl<K> Book<K> {
 
     /// Counts `held` as given back for `cause` and frees its local slot if any.
     fn forget(&mut self, held: &Held<K>, cause: Cause) {
-        metrics::slots_held(&held.entry.rule.name, -1.0);
-        metrics::slot_released(&held.entry.rule.name, cause.as_str());
+        if !held.entry.detached {
+            metrics::slots_held(&held.entry.rule.name, -1.0);
+            metrics::slot_released(&held.entry.rule.name, cause.as_str());
+        }
         if held.local {
             self.release_local(held.key, held.id);
         }
