@@ -1,6 +1,7 @@
 //! `ACQUIRE` and `RELEASE` under a rule outside the table of named rules (the rule
 //! lab's): the same script, the same book of held slots (so a [`super::Holder`] gives
-//! them back when dropped), no access lists and no metrics series.
+//! them back when dropped), no access lists and no metrics series. Also what the
+//! operator verbs ask of a key's slots (`INSPECT`, `RESET`).
 
 use super::{SlotAnswer, SlotError, Slots};
 use crate::admission::Peer;
@@ -9,8 +10,20 @@ use crate::key::{fits, KeyHash};
 use crate::limiter::{ActiveRule, Detached, Limiter};
 use crate::store::Store;
 use std::sync::Arc;
+use std::time::Instant;
 
 impl<S: Store> Limiter<S> {
+    /// Slots of `key` this daemon's clients hold now (their `max_hold` not ended).
+    pub(in crate::limiter) fn slots_held_of(&self, key: KeyHash) -> u64 {
+        self.slots.lock().held_of(key, Instant::now())
+    }
+
+    /// `RESET` of a concurrency key: its slots leave this daemon's book (a later
+    /// `RELEASE` of one answers `ERR TOKEN`), local ones included.
+    pub(in crate::limiter) fn slots_reset(&self, key: KeyHash) {
+        self.slots.lock().reset(key);
+    }
+
     /// `ACQUIRE` of `key` under a [`Detached`] concurrency rule (the lab's), as
     /// [`Limiter::acquire`] does for a named one: same script, same book, so the slot is
     /// given back when connection `conn`'s [`Holder`] drops. Access lists are not
