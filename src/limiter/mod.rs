@@ -49,7 +49,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use operator::{Inspection, Pending};
+pub use operator::{Inspection, Pending, SlotsSeen};
 
 /// The rules in force; swapped whole on reload, so a request sees one version.
 pub type Rules = HashMap<String, Arc<Rule>>;

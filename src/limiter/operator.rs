@@ -9,6 +9,7 @@
 use super::query::redis_decision;
 use super::{ActiveRule, CheckError, Limiter};
 use crate::admission::Peer;
+use crate::algorithm::Kind;
 use crate::clock::local_clock_us;
 use crate::config::Rule;
 use crate::decision::Decision;
@@ -43,6 +44,21 @@ pub struct Inspection {
     pub local_bucket: bool,
     /// Why the store was not asked, or failed (the decision is then decided without it).
     pub store_error: Option<String>,
+    /// A `concurrency` rule's slots (`None` for the rate algorithms).
+    pub slots: Option<SlotsSeen>,
+}
+
+/// What `INSPECT` reports of a `concurrency` key's slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotsSeen {
+    /// Slots the key holds, by all hosts: from Redis (`limit − remaining` of a dry run,
+    /// so `limit` when it holds more, as slots handed back after an outage may make it);
+    /// this daemon's in `mode = "none"`; `None` when Redis could not be asked.
+    pub held: Option<u64>,
+    /// Slots of the key this daemon's clients hold (their `max_hold` not ended).
+    pub held_here: u64,
+    /// The rule's `max_hold`, ms.
+    pub max_hold_ms: u64,
 }
 
 /// An operator's answer on its way (a Redis call, bounded by `redis.timeout_ms`).
@@ -113,9 +129,25 @@ impl<S: Store> Limiter<S> {
             cached_deny: self.cache.holds(hash, now),
             local_bucket: self.local.holds(hash),
             store_error: None,
+            slots: None,
             rule,
         };
+        let slots = (seen.rule.params.kind() == Kind::Concurrency).then(|| SlotsSeen {
+            held: None,
+            held_here: self.slots_held_of(hash),
+            max_hold_ms: seen.rule.window_ms,
+        });
+        if let Some(s) = slots {
+            // Until Redis answers: this daemon's slots, as `mode = "none"` counts them.
+            let r = &seen.rule;
+            seen.decision.remaining = r.limit().saturating_sub(s.held_here);
+            seen.slots = Some(s);
+        }
         let Some(redis) = &self.redis else {
+            if let Some(s) = &mut seen.slots {
+                s.held = Some(s.held_here);
+                return Ok(Box::pin(std::future::ready(seen)));
+            }
             let r = &seen.rule;
             seen.decision = if seen.local_bucket {
                 self.local
@@ -139,7 +171,9 @@ impl<S: Store> Limiter<S> {
         let redis_key = redis.key(tag, &seen.rule.params);
         (seen.slot, seen.primary) = redis.locate(&redis_key);
         let Some(route) = redis.route(&redis_key) else {
-            seen.decision = decide_without_redis(&self.local, &seen.rule, hash, 0, now);
+            if seen.slots.is_none() {
+                seen.decision = decide_without_redis(&self.local, &seen.rule, hash, 0, now);
+            }
             seen.store_error = Some("the key's primary is bypassed (its breaker is open)".into());
             return Ok(Box::pin(std::future::ready(seen)));
         };
@@ -151,10 +185,17 @@ impl<S: Store> Limiter<S> {
                 .decide(route, redis_key, r.params, 0, true, slot)
                 .await
             {
-                Ok(o) => seen.decision = redis_decision(&r, &o),
+                Ok(o) => {
+                    seen.decision = redis_decision(&r, &o);
+                    if let Some(s) = &mut seen.slots {
+                        s.held = Some(r.limit().saturating_sub(o.remaining));
+                    }
+                }
                 Err(e) => {
-                    seen.decision =
-                        decide_without_redis(&this.local, &r, hash, 0, local_clock_us());
+                    if seen.slots.is_none() {
+                        seen.decision =
+                            decide_without_redis(&this.local, &r, hash, 0, local_clock_us());
+                    }
                     seen.store_error = Some(e.to_string());
                 }
             }
@@ -180,9 +221,13 @@ impl<S: Store> Limiter<S> {
         peer: &Peer,
     ) -> Result<Pending<Result<(), String>>, CheckError> {
         let (entry, hash) = self.operated(rule, key)?;
+        let slots = entry.rule.params.kind() == Kind::Concurrency;
         let forget = move |this: &Self| {
             this.local.forget(hash);
             this.cache.clear();
+            if slots {
+                this.slots_reset(hash);
+            }
         };
         let Some(redis) = &self.redis else {
             forget(self);

@@ -173,7 +173,8 @@ fn top_json(rule: &str, keys: &[HotKey]) -> String {
 }
 
 /// `INSPECT`'s line: `rule=… key=…`, the CHECK fields of cost 0, the parameters
-/// (`param.<name>`), then what this daemon holds for the key and where it lives.
+/// (`param.<name>`), then what this daemon holds for the key and where it lives; for a
+/// `concurrency` rule, then its slots held (all hosts, this daemon's) and `max_hold`.
 fn inspect_line(key: &str, i: &Inspection) -> String {
     let d = &i.decision;
     let mut f: Vec<(String, String)> = vec![
@@ -212,6 +213,16 @@ fn inspect_line(key: &str, i: &Inspection) -> String {
         ("cached_deny".into(), yes(i.cached_deny)),
         ("local_bucket".into(), yes(i.local_bucket)),
     ]);
+    if let Some(s) = &i.slots {
+        f.extend([
+            (
+                "slots_held".into(),
+                s.held.map_or_else(|| "unknown".into(), |n| n.to_string()),
+            ),
+            ("slots_held_here".into(), s.held_here.to_string()),
+            ("max_hold_ms".into(), s.max_hold_ms.to_string()),
+        ]);
+    }
     if let Some(e) = &i.store_error {
         // One field: spaces would split it.
         f.push(("store_error".into(), e.replace(char::is_whitespace, "_")));

@@ -39,7 +39,8 @@ RULES = {
     "api_minute": 'algorithm = "fixed_window"\nlimit = 50\nwindow = "1m"',
     "search": 'algorithm = "sliding_window_log"\nlimit = 30\nwindow = "10s"',
 }
-ALGORITHMS = ["token_bucket", "leaky_bucket", "fixed_window", "sliding_window_log", "sliding_window_counter"]
+ALGORITHMS = ["token_bucket", "leaky_bucket", "fixed_window", "sliding_window_log", "sliding_window_counter",
+              "concurrency"]
 PROFILES = ["steady", "poisson", "bursty", "surge"]
 DESKTOP = (1400, 1000)
 PHONE = (390, 844)
@@ -314,6 +315,10 @@ def lab_tests(suite, b, daemon, redis, out):
              "rate": 20, "seconds": 10, "clients": 3},
             {"algorithm": "sliding_window_log", "limit": 10, "window": "1s", "profile": "steady",
              "rate": 25, "seconds": 8, "clients": 2},
+            # Offered concurrency 20 × 0.19 = 3.8 slots against 3: about 3 ÷ 0.19 s of 20/s
+            # accepted (a freed slot waits for the next arrival: 15/s, within 10 %).
+            {"algorithm": "concurrency", "limit": 3, "max_hold": "5s", "hold_ms": 190, "profile": "steady",
+             "rate": 20, "seconds": 8, "clients": 2},
         ]:
             status = run_lab(b, settings, timeout=30, seen=seen)
             assert status.startswith("done"), status
@@ -332,7 +337,7 @@ def lab_tests(suite, b, daemon, redis, out):
     def presets_load_from_the_url():
         for preset, algorithm in [("mobile-burst", "token_bucket"), ("shaping", "leaky_bucket"),
                                   ("edge-spike", "fixed_window"), ("exactness", "sliding_window_log"),
-                                  ("counter-error", "sliding_window_counter")]:
+                                  ("counter-error", "sliding_window_counter"), ("littles-law", "concurrency")]:
             b.d.get(f"{daemon.origin}/lab?preset={preset}")
             got = Select(b.d.find_element(By.ID, "algorithm")).first_selected_option.get_attribute("value")
             assert got == algorithm, (preset, got)

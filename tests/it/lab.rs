@@ -156,3 +156,113 @@ fn a_listen_address_off_loopback_is_warned_about_and_both_names_at_once_are_refu
         "{out}"
     );
 }
+
+/// The decision rows of a lab stream.
+fn rows_of(text: &str) -> Vec<serde_json::Value> {
+    let mut rows = Vec::new();
+    for line in text.lines() {
+        if let Some(json) = line.strip_prefix("data: [") {
+            let batch: Vec<serde_json::Value> = serde_json::from_str(&format!("[{json}")).unwrap();
+            rows.extend(batch);
+        }
+    }
+    rows
+}
+
+/// The lab's concurrency keys (`…:cc`) still in the cluster: a key whose slots were all
+/// given back is gone (Redis drops an empty sorted set).
+fn slot_keys(cluster: &RedisCluster) -> Vec<String> {
+    cluster
+        .all_keys()
+        .into_iter()
+        .filter(|k| k.starts_with("rl:lab:") && k.ends_with(":cc"))
+        .collect()
+}
+
+#[test]
+fn a_lab_concurrency_run_holds_each_slot_for_its_hold_time_and_gives_every_slot_back() {
+    let cluster = RedisCluster::start();
+    let port = free_port();
+    let _d = Daemon::start(&format!(
+        "[redis]\nmode = \"cluster\"\nnodes = {}\nprefix = \"rl\"\n[http]\nlisten = {port}\nlab = true\n",
+        toml_str_array(&cluster.addrs())
+    ));
+    // 2 clients, steady 40/s each for 3 s, each request holding its slot h = 0.2 s,
+    // against limit L = 3: offered concurrency 40 × 0.2 = 8 per key, so the accepted
+    // rate is about L ÷ h = 15/s per key.
+    let (limit, hold_s, clients, rate, seconds) = (3.0, 0.2, 2usize, 40.0, 3.0);
+    let text = get(
+        port,
+        "/lab/events?algorithm=concurrency&limit=3&max_hold=30s&hold_ms=200&profile=steady&rate=40&seconds=3&clients=2",
+    );
+    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+    assert!(text.contains("\"hold_ms\":200"), "{text}");
+    let rows = rows_of(&text);
+    let arrivals = (rate * seconds) as usize * clients;
+    assert_eq!(rows.len(), arrivals, "every decision streamed: {text}");
+    let mut total_allowed = 0;
+    for client in 0..clients {
+        let mine: Vec<&serde_json::Value> = rows.iter().filter(|r| r[1] == client).collect();
+        let first = mine.first().unwrap()[0].as_f64().unwrap();
+        let last = mine.last().unwrap()[0].as_f64().unwrap();
+        let span_s = (last - first) / 1000.0;
+        let allowed = mine.iter().filter(|r| r[2] == 1).count() as f64;
+        total_allowed += allowed as usize;
+        assert!(
+            mine.iter()
+                .all(|r| r[3].as_f64().unwrap() <= limit && r[4] == 3 && r[5] == "redis"),
+            "remaining within the limit, decided in Redis: {mine:?}"
+        );
+        // Each slot is held at least h from its ALLOW, so it serves at most span ÷ h + 1
+        // requests; and it is free again within h plus a release's round trip and the
+        // next arrival (0.1 s allowed for both), so it serves at least
+        // span ÷ (h + 0.1) − 1.
+        let most = limit * (span_s / hold_s + 1.0);
+        let least = limit * (span_s / (hold_s + 0.1) - 1.0);
+        println!(
+            "client c{client}: {allowed} of {} allowed over {span_s:.2} s (bounds {least:.1}..{most:.1})",
+            mine.len()
+        );
+        assert!(
+            allowed <= most && allowed >= least,
+            "c{client}: {allowed} not in {least}..{most}"
+        );
+    }
+    assert!(
+        text.contains(&format!("\"lapsed\":0,\"released\":{total_allowed}")),
+        "every slot released by its RELEASE: {text}"
+    );
+    assert_eq!(
+        slot_keys(&cluster),
+        Vec::<String>::new(),
+        "no slot left held"
+    );
+
+    // A run the page leaves early: its slots (each held 8 s, and renewed for 10 s, far
+    // longer than the wait below) are given back when the run stops.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET /lab/events?algorithm=concurrency&limit=5&max_hold=30s&hold_ms=8000&rate=10&seconds=10&clients=2 HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("data: [") {
+        let n = s.read(&mut buf).expect("the run's first decisions");
+        assert!(n > 0, "{}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    assert!(
+        wait_until(Duration::from_secs(3), || !slot_keys(&cluster).is_empty()),
+        "the run holds slots"
+    );
+    drop(s);
+    let gone = wait_until(Duration::from_secs(4), || slot_keys(&cluster).is_empty());
+    assert!(
+        gone,
+        "slots still held 4 s after the page left: {:?}",
+        slot_keys(&cluster)
+    );
+}

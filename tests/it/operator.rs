@@ -252,3 +252,112 @@ fn top_names_the_three_keys_sent_most_often_among_many_unique_ones() {
     }
     println!("TOP api 3 after 3,000 requests: {top}");
 }
+
+/// The token of an `ACQUIRE` ALLOW (`ALLOW <limit> <remaining> 0 0 <source> 0 <token>`).
+fn token(reply: &str) -> String {
+    assert!(reply.starts_with("ALLOW "), "{reply}");
+    reply.split(' ').nth(7).expect("a token").to_string()
+}
+
+#[test]
+fn inspect_of_a_concurrency_key_counts_its_slots_and_reset_deletes_them() {
+    let rules = format!(
+        "{RULES}\n[[rule]]\nname = \"jobs\"\nalgorithm = \"concurrency\"\nlimit = 4\nmax_hold = \"30s\"\n"
+    );
+    // Without Redis: this daemon's slots are all the slots.
+    let d = Daemon::start(&format!("[redis]\nmode = \"none\"\n{rules}"));
+    let mut c = d.connect();
+    let held: Vec<String> = (0..2)
+        .map(|_| token(&c.request("ACQUIRE jobs user:1")))
+        .collect();
+    let f = fields(&c.request("INSPECT jobs user:1"));
+    for (name, want) in [
+        ("param.algorithm", "concurrency"),
+        ("param.limit", "4"),
+        ("limit", "4"),
+        ("remaining", "2"),
+        ("slots_held", "2"),
+        ("slots_held_here", "2"),
+        ("max_hold_ms", "30000"),
+    ] {
+        assert_eq!(
+            f.get(name).map(String::as_str),
+            Some(want),
+            "{name} in {f:?}"
+        );
+    }
+    assert_eq!(c.request("RESET jobs user:1"), "OK");
+    let f = fields(&c.request("INSPECT jobs user:1"));
+    assert_eq!(
+        (f["slots_held"].as_str(), f["remaining"].as_str()),
+        ("0", "4")
+    );
+    assert!(
+        c.request(&format!("RELEASE jobs user:1 {}", held[0]))
+            .starts_with("ERR TOKEN "),
+        "a slot reset is no longer held"
+    );
+    drop(d);
+
+    // Over Redis, two hosts: A holds 3 of the key's slots, B 1.
+    let cluster = RedisCluster::start();
+    let config = format!(
+        "[redis]\nmode = \"cluster\"\nnodes = {}\nprefix = \"rl\"\n{rules}",
+        toml_str_array(&cluster.addrs())
+    );
+    let (a, b) = (Daemon::start(&config), Daemon::start(&config));
+    let mut on_a = crate::secure_redis::connect_in_redis(&a, "api");
+    let mut on_b = crate::secure_redis::connect_in_redis(&b, "api");
+    let on_a_tokens: Vec<String> = (0..3)
+        .map(|_| token(&on_a.request("ACQUIRE jobs user:2")))
+        .collect();
+    let on_b_token = token(&on_b.request("ACQUIRE jobs user:2"));
+    assert!(on_b.request("ACQUIRE jobs user:2").starts_with("DENY "));
+    for (client, here) in [(&mut on_a, "3"), (&mut on_b, "1")] {
+        let f = fields(&client.request("INSPECT jobs user:2"));
+        for (name, want) in [
+            ("source", "redis"),
+            ("remaining", "0"),
+            ("slots_held", "4"),
+            ("slots_held_here", here),
+            ("max_hold_ms", "30000"),
+        ] {
+            assert_eq!(
+                f.get(name).map(String::as_str),
+                Some(want),
+                "{name} in {f:?}"
+            );
+        }
+    }
+    // RESET deletes the key's slots in Redis (every host's) and A's own; B's holder
+    // learns it at its next RELEASE (or renewal).
+    assert_eq!(on_a.request("RESET jobs user:2"), "OK");
+    let keys: Vec<String> = cluster
+        .all_keys()
+        .into_iter()
+        .filter(|k| k.ends_with(":cc"))
+        .collect();
+    assert_eq!(keys, Vec::<String>::new());
+    let f = fields(&on_a.request("INSPECT jobs user:2"));
+    assert_eq!(
+        (
+            f["slots_held"].as_str(),
+            f["slots_held_here"].as_str(),
+            f["remaining"].as_str()
+        ),
+        ("0", "0", "4"),
+        "{f:?}"
+    );
+    let release = |c: &mut Client, t: &str| c.request(&format!("RELEASE jobs user:2 {t}"));
+    assert!(release(&mut on_a, &on_a_tokens[0]).starts_with("ERR TOKEN "));
+    assert!(release(&mut on_b, &on_b_token).starts_with("ERR TOKEN "));
+    // The key starts fresh: the whole limit again, and no more.
+    let replies: Vec<String> = (0..5)
+        .map(|_| on_b.request("ACQUIRE jobs user:2"))
+        .collect();
+    assert!(
+        replies[..4].iter().all(|r| r.starts_with("ALLOW ")),
+        "{replies:?}"
+    );
+    assert!(replies[4].starts_with("DENY "), "{replies:?}");
+}

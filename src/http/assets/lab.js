@@ -13,6 +13,7 @@
     "edge-spike": { algorithm: "fixed_window", limit: 10, window: "1s", profile: "bursty", rate: 0.5, peak: 40, period_ms: 2000, seconds: 20, clients: 1 },
     "exactness": { algorithm: "sliding_window_log", limit: 10, window: "1s", profile: "bursty", rate: 0.5, peak: 40, period_ms: 2000, seconds: 20, clients: 1 },
     "counter-error": { algorithm: "sliding_window_counter", limit: 10, window: "1s", profile: "bursty", rate: 0.5, peak: 40, period_ms: 2000, seconds: 20, clients: 1 },
+    "littles-law": { algorithm: "concurrency", limit: 5, max_hold: "30s", hold_ms: 500, profile: "steady", rate: 20, seconds: 10, clients: 1 },
   };
   const STATE = {
     token_bucket: "tokens in the bucket (= remaining)",
@@ -20,6 +21,7 @@
     fixed_window: "count in the current window (= limit − remaining)",
     sliding_window_log: "log size: units admitted in the last window (= limit − remaining)",
     sliding_window_counter: "estimated count (= limit − remaining)",
+    concurrency: "slots in use after each ACQUIRE (= limit − remaining)",
   };
   let budget = { max_rps: 500, max_seconds: 60, max_keys: 100, prefix: "" };
   let source = null, run = null;
@@ -30,7 +32,7 @@
   function showFields() {
     const a = value("algorithm"), p = value("profile");
     document.querySelectorAll("fieldset[data-for]").forEach((f) => { f.hidden = !f.dataset.for.split(" ").includes(a); });
-    document.querySelectorAll("label[data-for], input[data-for]").forEach((e) => { e.hidden = !e.dataset.for.split(" ").includes(a); });
+    document.querySelectorAll("label[data-for], input[data-for], select[data-for]").forEach((e) => { e.hidden = !e.dataset.for.split(" ").includes(a); });
     document.querySelectorAll("[data-profile]").forEach((e) => { e.hidden = !e.dataset.profile.split(" ").includes(p); });
     $("state-what").textContent = STATE[a];
     explain(planFromForm(), 0);
@@ -48,6 +50,7 @@
                    period_ms: Math.max(100, num("period_ms")), duration_ms: num("seconds") * 1000, clients: num("clients") };
     if (a === "token_bucket") Object.assign(plan, { capacity: num("capacity"), refill_rate: num("refill_rate") });
     else if (a === "leaky_bucket") Object.assign(plan, { capacity: num("capacity"), leak_rate: num("leak_rate") });
+    else if (a === "concurrency") Object.assign(plan, { limit: num("limit"), max_hold_ms: windowMs(value("max_hold")), hold_ms: num("hold_ms") });
     else Object.assign(plan, { limit: num("limit"), window_ms: windowMs(value("window")) });
     return plan;
   }
@@ -58,7 +61,8 @@
     if (plan.capacity !== undefined) q.set("capacity", plan.capacity);
     if (plan.refill_rate !== undefined) q.set("refill_rate", plan.refill_rate);
     if (plan.leak_rate !== undefined) q.set("leak_rate", plan.leak_rate);
-    if (plan.limit !== undefined) { q.set("limit", plan.limit); q.set("window", value("window")); }
+    if (plan.hold_ms !== undefined) { q.set("limit", plan.limit); q.set("max_hold", value("max_hold")); q.set("hold_ms", plan.hold_ms); }
+    else if (plan.limit !== undefined) { q.set("limit", plan.limit); q.set("window", value("window")); }
     return q.toString();
   }
 
@@ -68,7 +72,10 @@
     if (plan.profile === "surge") return plan.rate + (plan.peak - plan.rate) * t / plan.duration_ms;
     return plan.rate;
   }
+  // How long a slot stays taken: the hold time, cut short by max_hold.
+  function slotMs(plan) { return Math.max(1, Math.min(plan.hold_ms, plan.max_hold_ms)); }
   function policyWindow(plan) {
+    if (plan.hold_ms) return slotMs(plan);
     if (plan.window_ms) return plan.window_ms;
     const r = plan.refill_rate || plan.leak_rate;
     return Math.ceil(1000 * plan.capacity / r);
@@ -78,7 +85,9 @@
   function fluid(plan, startedMs) {
     const T = plan.duration_ms, acc = new Float64Array(T);
     let arrivals = 0;
-    const lim = plan.limit, W = plan.window_ms;
+    // A concurrency rule is a sliding log of its slots: each accepted request holds
+    // one for the hold time, so at most `limit` were accepted in any hold-long span.
+    const lim = plan.limit, W = plan.hold_ms ? slotMs(plan) : plan.window_ms;
     let tokens = plan.capacity, level = 0, count = 0, prev = 0, win = null;
     const ring = W ? new Float64Array(W) : null; let inLog = 0;
     for (let t = 0; t < T; t++) {
@@ -95,7 +104,7 @@
           const est = plan.algorithm === "fixed_window" ? count : prev * (1 - (now % W) / W) + count;
           ok = Math.max(0, Math.min(a, lim - est)); count += ok; break;
         }
-        case "sliding_window_log": { const i = t % W; inLog -= ring[i]; ok = Math.max(0, Math.min(a, lim - inLog)); ring[i] = ok; inLog += ok; break; }
+        case "sliding_window_log": case "concurrency": { const i = t % W; inLog -= ring[i]; ok = Math.max(0, Math.min(a, lim - inLog)); ring[i] = ok; inLog += ok; break; }
       }
       acc[t] = ok;
     }
@@ -127,6 +136,14 @@
       case "sliding_window_log":
         text = `Sliding window log, limit N = ${plan.limit} per W = ${plan.window_ms} ms: exact; no W-long interval ever holds more than N admitted units. Steady r: ceiling min(r, N/W) = ${RL.fmt(Math.min(r, 1000 * plan.limit / plan.window_ms))}/s.`;
         break;
+      case "concurrency": {
+        const h = slotMs(plan) / 1000, L = plan.limit;
+        text = `Concurrency, limit L = ${L} slots, each request holding its slot h = ${RL.fmt(h * 1000, 0)} ms before RELEASE (max_hold ${plan.max_hold_ms / 1000} s): ` +
+          `by Little's law the offered concurrency is r·h (r = ${r}/s: ${RL.fmt(r * h)} per client). Below L every ACQUIRE is allowed; above it a slot frees every h, ` +
+          `so for steady arrivals the accepted rate is about min(r, L ÷ h) = ${RL.fmt(Math.min(r, L / h))}/s per client, and no h-long span holds more than L accepted requests ` +
+          `(a freed slot waits for the next arrival: steady arrivals every 1/r s count h as rounded up to a whole number of those gaps, and Poisson arrivals get somewhat fewer). Each request is an ACQUIRE and a RELEASE, two against the lab's budget.`;
+        break;
+      }
       default:
         text = `Sliding window counter, limit N = ${plan.limit} per W = ${plan.window_ms} ms: estimate = previous window's count × (1 − elapsed fraction) + current count. Steady r: ceiling min(r, N/W) = ${RL.fmt(Math.min(r, 1000 * plan.limit / plan.window_ms))}/s; ` +
           `bursts make the estimate wrong either way, so a W-long interval may hold somewhat more or fewer than N.`;
@@ -255,8 +272,8 @@
   form.addEventListener("submit", (e) => {
     e.preventDefault();
     const plan = planFromForm();
-    const top = Math.max(plan.rate, plan.peak) * plan.clients;
-    if (top > budget.max_rps) { setStatus(`clients × highest rate = ${top}/s is above this lab's budget of ${budget.max_rps}/s (http.lab_max_rps)`, true); return; }
+    const top = Math.max(plan.rate, plan.peak) * plan.clients * (plan.hold_ms ? 2 : 1);
+    if (top > budget.max_rps) { setStatus(`clients × highest rate${plan.hold_ms ? " × 2 (ACQUIRE and RELEASE)" : ""} = ${top}/s is above this lab's budget of ${budget.max_rps}/s (http.lab_max_rps)`, true); return; }
     start(plan);
   });
   $("stop").addEventListener("click", () => stop("stopped"));

@@ -12,6 +12,7 @@
 
 pub mod plan;
 mod run;
+mod slots;
 
 use super::{sse, Body, State};
 use crate::config::{Config, HttpConfig, RedisMode};

@@ -40,6 +40,9 @@ pub struct Plan {
     pub duration_ms: u64,
     /// Simulated clients, each with a key of its own.
     pub clients: u32,
+    /// A `concurrency` run: how long each request holds its slot before `RELEASE`, ms
+    /// (0 for the rate algorithms).
+    pub hold_ms: u64,
 }
 
 /// Why a run was refused (shown on the page as it is).
@@ -108,8 +111,10 @@ impl Plan {
                 toml.push_str(&format!("{k} = {written}\n"));
             }
         }
-        if let Some(w) = get("window").filter(|v| !v.is_empty()) {
-            toml.push_str(&format!("window = \"{w}\"\n"));
+        for k in ["window", "max_hold"] {
+            if let Some(w) = get(k).filter(|v| !v.is_empty()) {
+                toml.push_str(&format!("{k} = \"{w}\"\n"));
+            }
         }
         let config = Config::parse(&toml, "lab").map_err(|e| {
             let e = e.to_string();
@@ -118,9 +123,7 @@ impl Plan {
                 .map_or(e.clone(), |(_, rest)| rest.to_owned())
         })?;
         let rule = config.rules.get(name).cloned().ok_or("no rule made")?;
-        if rule.algorithm.kind.spec().name == "concurrency" {
-            return Err("the lab runs the five rate algorithms (CHECK), not concurrency".into());
-        }
+        let slots = rule.algorithm.kind.spec().name == "concurrency";
         let profile = match get("profile").unwrap_or("steady") {
             "steady" => Profile::Steady,
             "poisson" => Profile::Poisson,
@@ -147,6 +150,11 @@ impl Plan {
             period_ms: period_ms.max(100),
             duration_ms,
             clients,
+            hold_ms: if slots {
+                number("hold_ms", 100.0)? as u64
+            } else {
+                0
+            },
         };
         plan.within(budget)?;
         Ok(plan)
@@ -166,14 +174,29 @@ impl Plan {
                 budget.lab_max_keys
             ));
         }
-        let top = self.peak.max(self.rate) * f64::from(self.clients);
+        if self.is_slots() && (self.hold_ms == 0 || self.hold_ms > self.duration_ms) {
+            return Err(format!(
+                "hold_ms: from 1 to the run's length, {} ms",
+                self.duration_ms
+            ));
+        }
+        // An ACQUIRE and its RELEASE are two requests.
+        let per_arrival = if self.is_slots() { 2.0 } else { 1.0 };
+        let top = self.peak.max(self.rate) * f64::from(self.clients) * per_arrival;
         if self.rate <= 0.0 || top > f64::from(budget.lab_max_rps) {
             return Err(format!(
-                "rate: clients × the highest rate is {top} requests/s; the lab allows from more than 0 to {} (http.lab_max_rps)",
+                "rate: clients × the highest rate{} is {top} requests/s; the lab allows from more than 0 to {} (http.lab_max_rps)",
+                if self.is_slots() { " × 2 (ACQUIRE and RELEASE)" } else { "" },
                 budget.lab_max_rps
             ));
         }
         Ok(())
+    }
+
+    /// Whether the run takes concurrency slots (`ACQUIRE`, then `RELEASE` after
+    /// [`Plan::hold_ms`]) rather than deciding `CHECK`s.
+    pub fn is_slots(&self) -> bool {
+        self.hold_ms > 0 || self.algorithm == "concurrency"
     }
 
     /// The arrivals of the whole run, `(ms from the start, client)`, in time order.
@@ -312,6 +335,19 @@ mod tests {
     }
 
     #[test]
+    fn a_concurrency_run_holds_each_slot_for_hold_ms() {
+        let p = plan("algorithm=concurrency&limit=4&max_hold=2s&hold_ms=250&rate=20&seconds=2")
+            .unwrap();
+        assert!(p.is_slots());
+        assert_eq!(p.hold_ms, 250);
+        assert_eq!(p.rule.limit(), 4);
+        assert_eq!(p.rule.window_ms, 2000);
+        let p = plan("algorithm=token_bucket&capacity=2&refill_rate=1&hold_ms=250").unwrap();
+        assert!(!p.is_slots());
+        assert_eq!(p.hold_ms, 0);
+    }
+
+    #[test]
     fn bad_fields_and_runs_beyond_the_budget_are_refused_by_name() {
         for (q, field) in [
             (
@@ -339,6 +375,15 @@ mod tests {
                 "algorithm=fixed_window&limit=5&window=1s%0Aname%3D",
                 "only letters",
             ),
+            (
+                "algorithm=concurrency&limit=5&max_hold=1s&rate=100&clients=3",
+                "ACQUIRE and RELEASE",
+            ),
+            (
+                "algorithm=concurrency&limit=5&max_hold=1s&hold_ms=0",
+                "hold_ms",
+            ),
+            ("algorithm=concurrency&limit=5&max_hold=0s", "max_hold"),
         ] {
             let e = plan(q).unwrap_err();
             assert!(e.contains(field), "{q}: {e}");

@@ -1,7 +1,8 @@
 //! One lab run: each arrival of the plan asks the limiter at its time (`cost` 1, the
 //! client's key under the run's rule), and the decisions go to the page in batches
 //! every [`FLUSH`], each with its arrival time, verdict, remaining, limit, source and
-//! wait. The run stops early when the page leaves.
+//! wait. The run stops early when the page leaves. A `concurrency` rule's run takes and
+//! gives back slots instead ([`super::slots`]).
 
 use super::plan::Plan;
 use super::sse;
@@ -17,11 +18,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// How often decided requests are sent to the page.
-const FLUSH: Duration = Duration::from_millis(100);
+pub(super) const FLUSH: Duration = Duration::from_millis(100);
 
 /// One decision as the page receives it: `[arrival ms, client, allowed (1/0),
 /// remaining, limit, source, wait_ms, decided after ms]`.
-type Row = (f64, u32, u8, u64, u64, &'static str, u64, f64);
+pub(super) type Row = (f64, u32, u8, u64, u64, &'static str, u64, f64);
 
 /// What the page needs to draw the run before its first decision.
 #[derive(Serialize)]
@@ -34,7 +35,10 @@ struct Start<'a> {
     duration_ms: u64,
     clients: u32,
     limit: u64,
+    /// The window, ms (`max_hold` for a concurrency rule).
     window_ms: u64,
+    /// A concurrency run: how long each request holds its slot, ms (else 0).
+    hold_ms: u64,
 }
 
 /// Runs `plan` on `limiter` and streams it to `tx` until done or the page leaves.
@@ -56,6 +60,7 @@ pub async fn run(
         clients: plan.clients,
         limit: plan.rule.limit(),
         window_ms: plan.rule.window_ms,
+        hold_ms: plan.hold_ms,
     };
     let json = serde_json::to_string(&start).unwrap_or_default();
     if tx
@@ -63,6 +68,16 @@ pub async fn run(
         .await
         .is_err()
     {
+        return;
+    }
+    if plan.is_slots() {
+        let t0 = Instant::now();
+        if let Some((decided, allowed, released, lapsed)) =
+            super::slots::drive(limiter, plan, &arrivals, &mut tx).await
+        {
+            let json = serde_json::json!({ "decided": decided, "allowed": allowed, "released": released, "lapsed": lapsed, "elapsed_ms": t0.elapsed().as_millis() as u64 }).to_string();
+            let _ = tx.send_data(sse::event(Some("done"), &json)).await;
+        }
         return;
     }
     let rule = Detached::unlisted(Arc::clone(&plan.rule));
@@ -118,7 +133,7 @@ pub async fn run(
 }
 
 /// Sends the decisions of `batch` (if any) as one event; false once the page left.
-async fn send(
+pub(super) async fn send(
     tx: &mut sse::Sender,
     batch: &mut Vec<Row>,
     allowed: &mut u64,
@@ -135,6 +150,6 @@ async fn send(
 }
 
 /// `ms` to 0.1 ms.
-fn round(ms: f64) -> f64 {
+pub(super) fn round(ms: f64) -> f64 {
     (ms * 10.0).round() / 10.0
 }

@@ -53,6 +53,8 @@ pub enum Cause {
     /// or its primary was unreachable for longer than the holder lease; or given back
     /// by a `RELEASE` on another host).
     HolderLost,
+    /// An operator's `RESET` of its key deleted it.
+    Reset,
 }
 
 impl Cause {
@@ -63,6 +65,7 @@ impl Cause {
             Cause::ConnectionClosed => "connection_closed",
             Cause::MaxHold => "max_hold",
             Cause::HolderLost => "holder_lost",
+            Cause::Reset => "reset",
         }
     }
 }
@@ -132,7 +135,9 @@ impl<K> Book<K> {
 
     /// Records `token`'s slot.
     pub fn insert(&mut self, token: String, held: Held<K>) {
-        metrics::slots_held(&held.entry.rule.name, 1.0);
+        if !held.entry.detached {
+            metrics::slots_held(&held.entry.rule.name, 1.0);
+        }
         self.by_conn
             .entry(held.conn)
             .or_default()
@@ -156,8 +161,10 @@ impl<K> Book<K> {
 
     /// Counts `held` as given back for `cause` and frees its local slot if any.
     fn forget(&mut self, held: &Held<K>, cause: Cause) {
-        metrics::slots_held(&held.entry.rule.name, -1.0);
-        metrics::slot_released(&held.entry.rule.name, cause.as_str());
+        if !held.entry.detached {
+            metrics::slots_held(&held.entry.rule.name, -1.0);
+            metrics::slot_released(&held.entry.rule.name, cause.as_str());
+        }
         if held.local {
             self.release_local(held.key, held.id);
         }
@@ -196,6 +203,30 @@ impl<K> Book<K> {
             .filter(|h| !h.local)
             .map(|h| vec![(token.to_owned(), h)])
             .unwrap_or_default()
+    }
+
+    /// Every slot of `key` leaves the book, its local slots too (an operator's `RESET`
+    /// deleted them in Redis); returns how many.
+    pub fn reset(&mut self, key: KeyHash) -> usize {
+        let tokens: Vec<String> = self
+            .held
+            .iter()
+            .filter(|(_, h)| h.key == key)
+            .map(|(t, _)| t.clone())
+            .collect();
+        for t in &tokens {
+            self.remove(t, Cause::Reset);
+        }
+        self.local.remove(&key);
+        tokens.len()
+    }
+
+    /// Slots of `key` in the book whose `max_hold` has not ended by `now`.
+    pub fn held_of(&self, key: KeyHash, now: Instant) -> u64 {
+        self.held
+            .values()
+            .filter(|h| h.key == key && h.until > now)
+            .count() as u64
     }
 
     /// The slots whose `max_hold` ended by `now` leave the book (counted as

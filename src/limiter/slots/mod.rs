@@ -13,6 +13,7 @@
 //! ahead, so every `ACQUIRE` asks Redis.
 
 mod book;
+mod detached;
 mod release;
 mod upkeep;
 
@@ -183,8 +184,26 @@ impl<S: Store> Limiter<S> {
             Err(e) => return Slots::Ready(SlotAnswer::Refused(e)),
         };
         let entry = Arc::clone(t.entry);
+        self.acquire_entry(entry, t.key, key, peer, conn)
+    }
+
+    /// `ACQUIRE` of `key` (hashed `key_hash`) under `entry`, its rule resolved.
+    pub(super) fn acquire_entry(
+        self: &Arc<Self>,
+        entry: Arc<ActiveRule>,
+        key_hash: KeyHash,
+        key: &[u8],
+        peer: &Peer,
+        conn: u64,
+    ) -> Slots {
         let Some(redis) = &self.redis else {
-            return Slots::Ready(self.acquire_local(&entry, t.key, None, conn, &entry.rule.params));
+            return Slots::Ready(self.acquire_local(
+                &entry,
+                key_hash,
+                None,
+                conn,
+                &entry.rule.params,
+            ));
         };
         let mut buf = [0u8; TAG_MAX];
         let Some(tag) = tag_in(&mut buf, &entry.rule.name, key) else {
@@ -192,7 +211,7 @@ impl<S: Store> Limiter<S> {
         };
         let store_key = redis.key(tag, &entry.rule.params);
         let Some(route) = redis.route(&store_key) else {
-            return Slots::Ready(self.acquire_without_redis(&entry, t.key, store_key, conn));
+            return Slots::Ready(self.acquire_without_redis(&entry, key_hash, store_key, conn));
         };
         let Some(permit) = peer.call_permit() else {
             let limits = peer.in_flight_limits();
@@ -218,9 +237,9 @@ impl<S: Store> Limiter<S> {
             match answer {
                 Ok(SlotReply::Acquired(o, hold_end)) => {
                     let slot = (id, holder, hold_end);
-                    limiter.acquired_in_redis(&entry, t.key, store_key, slot, o, conn, asked)
+                    limiter.acquired_in_redis(&entry, key_hash, store_key, slot, o, conn, asked)
                 }
-                _ => limiter.acquire_without_redis(&entry, t.key, store_key, conn),
+                _ => limiter.acquire_without_redis(&entry, key_hash, store_key, conn),
             }
         });
         Slots::Pending(Box::pin(async move {
@@ -255,10 +274,14 @@ impl<S: Store> Limiter<S> {
         };
         entry.counters.record(&decision);
         if !o.allowed {
-            metrics::slot_denied(&rule.name, Source::Redis);
+            if !entry.detached {
+                metrics::slot_denied(&rule.name, Source::Redis);
+            }
             return SlotAnswer::Denied(decision);
         }
-        metrics::slot_acquired(&rule.name, Source::Redis);
+        if !entry.detached {
+            metrics::slot_acquired(&rule.name, Source::Redis);
+        }
         let token = format!("{hold_end}-{holder}");
         let max_hold = Duration::from_micros(max_hold_us(&rule.params));
         let mut book = self.slots.lock();
@@ -313,7 +336,9 @@ impl<S: Store> Limiter<S> {
             OnRedisFailure::Deny => {
                 let d = crate::fallback::decide_without_redis(&self.local, rule, key, 1, 0.0);
                 entry.counters.record(&d);
-                metrics::slot_denied(&rule.name, d.source);
+                if !entry.detached {
+                    metrics::slot_denied(&rule.name, d.source);
+                }
                 SlotAnswer::Denied(Decision { remaining: 0, ..d })
             }
         }
@@ -351,10 +376,14 @@ impl<S: Store> Limiter<S> {
             if book.local.get(&key).is_some_and(|s| s.slots.is_empty()) {
                 book.local.remove(&key);
             }
-            metrics::slot_denied(&rule.name, source);
+            if !entry.detached {
+                metrics::slot_denied(&rule.name, source);
+            }
             return SlotAnswer::Denied(decision);
         }
-        metrics::slot_acquired(&rule.name, source);
+        if !entry.detached {
+            metrics::slot_acquired(&rule.name, source);
+        }
         let token = format!("{hold_end:.0}-{holder}");
         book.insert(
             token.clone(),

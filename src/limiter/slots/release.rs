@@ -21,6 +21,17 @@ impl<S: Store> Limiter<S> {
             Err(e) => return Slots::Ready(SlotAnswer::Refused(e)),
         };
         let entry = Arc::clone(t.entry);
+        self.release_entry(entry, t.key, key, token)
+    }
+
+    /// `RELEASE` of `token` on `key` (hashed `key_hash`) under `entry`.
+    pub(super) fn release_entry(
+        self: &Arc<Self>,
+        entry: Arc<ActiveRule>,
+        key_hash: crate::key::KeyHash,
+        key: &[u8],
+        token: &[u8],
+    ) -> Slots {
         let not_held = || {
             SlotAnswer::Refused(SlotError::Token {
                 rule: entry.rule.name.clone(),
@@ -31,7 +42,7 @@ impl<S: Store> Limiter<S> {
         };
         let mut book = self.slots.lock();
         let known = match book.held.get(token) {
-            Some(h) if h.key != t.key => return Slots::Ready(not_held()),
+            Some(h) if h.key != key_hash => return Slots::Ready(not_held()),
             // Past its max_hold: it lapsed (or is about to) in Redis.
             Some(h) if h.until <= Instant::now() => book.remove(token, Cause::MaxHold),
             Some(_) => book.remove(token, Cause::Release),
@@ -91,7 +102,7 @@ impl<S: Store> Limiter<S> {
             let params = entry.rule.params;
             match redis.slots(route, store_key, params, op, ()).await {
                 Ok(SlotReply::Held(h)) if h.first() == Some(&true) => {
-                    if !ours {
+                    if !ours && !entry.detached {
                         metrics::slot_released(&entry.rule.name, Cause::Release.as_str());
                     }
                     SlotAnswer::Released
