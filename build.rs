@@ -25,14 +25,15 @@ fn main() {
         .unwrap_or_else(|| "unknown".to_owned());
     println!("cargo:rustc-env=RATELIMITD_COMMIT={commit}");
     // Built again when HEAD moves: a new commit on the branch, or another branch.
-    for path in ["HEAD", "packed-refs"] {
-        if let Some(p) = git(&["rev-parse", "--git-path", path]) {
-            println!("cargo:rerun-if-changed={p}");
-        }
-    }
-    if let Some(head) = git(&["symbolic-ref", "-q", "HEAD"]) {
-        if let Some(p) = git(&["rev-parse", "--git-path", &head]) {
-            println!("cargo:rerun-if-changed={p}");
+    // Only files that exist: cargo takes a missing one as changed, and would rebuild
+    // the crate every time (a fresh clone has no `packed-refs`, or no loose ref).
+    let mut paths = vec!["HEAD".to_owned(), "packed-refs".to_owned()];
+    paths.extend(git(&["symbolic-ref", "-q", "HEAD"]));
+    for path in paths {
+        if let Some(p) = git(&["rev-parse", "--git-path", &path]) {
+            if std::path::Path::new(&p).exists() {
+                println!("cargo:rerun-if-changed={p}");
+            }
         }
     }
 }
