@@ -4,8 +4,9 @@
 //! decisions stream as a rate run's do, `remaining` being the slots free after it.
 //!
 //! Every slot the run takes is given back by its end: each by its `RELEASE`, and those
-//! still held when the run stops early (the page left) by the run's [`Holder`], which
-//! gives back all of its slots when dropped, as a closed connection does.
+//! still held when the run stops early (the page left) by the run's
+//! [`Holder`](crate::limiter::slots::Holder), which gives back all of its slots when
+//! dropped, as a closed connection does.
 
 use super::plan::Plan;
 use super::run::{round, send, Row};

@@ -26,7 +26,7 @@ impl<S: Store> Limiter<S> {
 
     /// `ACQUIRE` of `key` under a [`Detached`] concurrency rule (the lab's), as
     /// [`Limiter::acquire`] does for a named one: same script, same book, so the slot is
-    /// given back when connection `conn`'s [`Holder`] drops. Access lists are not
+    /// given back when connection `conn`'s [`Holder`](super::Holder) drops. Access lists are not
     /// checked (a detached rule has none that apply).
     pub fn acquire_detached(
         self: &Arc<Self>,

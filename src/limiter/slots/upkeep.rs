@@ -1,5 +1,5 @@
 //! The upkeep of this daemon's slots: a closed connection's slots given back (one call
-//! per key), the renewal every [`RENEW_EVERY`](super::RENEW_EVERY) that keeps a live
+//! per key), the renewal every [`RENEW_EVERY`] that keeps a live
 //! daemon's slots in Redis and lets a dead one's lapse, the slots past their `max_hold`
 //! leaving the book, and the hand-back of slots held locally once Redis answers again.
 
