@@ -63,9 +63,11 @@ pub(super) enum Answer {
     Alone,
 }
 
-/// True when decisions of `kind` may go in a batch: all but the sliding window log's.
+/// True when decisions of `kind` may go in a batch: all but the sliding window log's
+/// and a concurrency rule's (its slots are taken and given back by their own script,
+/// `lua/concurrency.lua`; a dry run of one, `INSPECT`'s, goes alone).
 pub fn batchable(kind: Kind) -> bool {
-    kind != Kind::SlidingWindowLog
+    !matches!(kind, Kind::SlidingWindowLog | Kind::Concurrency)
 }
 
 /// One decision waiting to be sent.
