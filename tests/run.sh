@@ -255,12 +255,14 @@ fi
 
 # The same server-facing suites a second time against Valkey 8 (tests/common/process.rs:
 # RATELIMITD_TEST_SERVER=valkey starts valkey-server and valkey-cli): the cluster and its
-# moving slots, each also over TLS with the ACL user; TLS + ACL with Sentinel; Redis'
+# moving slots, each also over TLS with the ACL user; batches across the slots of one
+# primary (the allow-cross-slot-keys flag) and under a migration; CHECKALL and REFUND;
+# concurrency slots; TLS + ACL with Sentinel; Redis'
 # refusals (their error texts); one standalone server; the scripts against their
 # reference model (the filters, substrings of test names, also pick
 # algorithms::five_algorithms_in_cluster); then the chaos suite. Counted into the total
 # as "valkey: N passed, M failed". VALKEY=0 skips it.
-valkey_tests=(--test it -- cluster:: cluster_slots:: production_redis:: redis_refusals:: standalone:: twins::)
+valkey_tests=(--test it -- checkall:: cluster:: cluster_batch cluster_slots:: concurrency:: production_redis:: redis_refusals:: refund:: standalone:: twins::)
 
 # valkey_server_bin: prints the path of Valkey's server: valkey-server if installed, else
 # target/valkey-bin/valkey-server linked to valkey-tools' valkey-check-rdb (one binary; it
