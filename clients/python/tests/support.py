@@ -21,9 +21,10 @@ def tmpdir(prefix: str) -> str:
     return tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("RL_TEST_ROOT"))
 
 
-def load_cases() -> List[dict]:
+def load_cases(table: str = "cases") -> List[dict]:
+    """One table of clients/conformance.json: cases, several_cases, several_header_cases."""
     with open(CONFORMANCE, encoding="utf-8") as f:
-        return json.load(f)["cases"]
+        return json.load(f)[table]
 
 
 class Daemon:

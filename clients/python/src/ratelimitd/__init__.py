@@ -26,6 +26,7 @@ from ._result import (
     response_headers,
     status_for,
 )
+from ._several import all_or_nothing_headers
 from .aio import AsyncClient
 from .client import Client
 
@@ -39,6 +40,7 @@ __all__ = [
     "ReplyError",
     "RequestError",
     "Result",
+    "all_or_nothing_headers",
     "encode_key",
     "most_restrictive",
     "parse_reply",

@@ -9,6 +9,7 @@ once on a fresh one, and malformed requests raise ``RequestError``."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from typing import Deque, Iterable, List, Optional, Tuple
 
@@ -19,11 +20,22 @@ from ._result import (
     ReplyError,
     RequestError,
     Result,
+    encode_key,
     fallback,
     normalize,
     parse_reply,
     request_line,
 )
+from ._several import (
+    all_payload,
+    check_all_items,
+    check_all_line,
+    policy_checks,
+    read_binding,
+    read_policies,
+)
+
+_log = logging.getLogger("ratelimitd")
 
 
 class _Batch:
@@ -109,6 +121,7 @@ class AsyncClient:
         self.fail_open = fail_open
         self._conn: Optional[_Conn] = None
         self._connecting: Optional["asyncio.Future[_Conn]"] = None
+        self._warned = False
 
     async def check(self, rule: str, key: Key, cost: int = 1) -> Result:
         """Asks for ``cost`` units of ``key``'s budget under ``rule``."""
@@ -136,16 +149,54 @@ class AsyncClient:
         items = normalize(list(checks))
         return await self._round_trip(items) if items else []
 
-    async def _round_trip(self, items: List[Tuple[str, Key, int]]) -> List[Result]:
+    async def check_all(self, checks: Iterable[Check]) -> Result:
+        """1 to 8 checks as one request (CHECKALL): allowed only if every one is, and
+        then each is taken; on a deny none is. The binding check's result, its
+        ``rule`` naming it. Raises ``RequestError`` for a malformed request."""
+        items = check_all_items(checks)
+        lines, cause = await self._lines(check_all_line(items).encode("ascii"), 1)
+        result, lost = read_binding(lines, items[0][0], self.fail_open, cause)
+        self._out_of_step(lost)
+        return result
+
+    async def check_all_policies(self, checks: Iterable[Check]) -> Tuple[Result, List[Result]]:
+        """``check_all``, plus one cost-0 check per distinct rule in the same round
+        trip (none for a single rule): the binding result and each rule's state, for
+        ``all_or_nothing_headers`` to list every policy."""
+        items = check_all_items(checks)
+        asks = policy_checks(items)
+        lines, cause = await self._lines(all_payload(items, asks), 1 + len(asks))
+        result, lost = read_binding(lines, items[0][0], self.fail_open, cause)
+        policies, lost2 = read_policies(lines, asks, self.fail_open, cause)
+        self._out_of_step(lost or lost2)
+        return result, policies
+
+    async def refund(self, rule: str, key: Key, units: int) -> Result:
+        """Gives up to ``units`` back to ``key`` under ``rule`` (never beyond its limit);
+        the key's state after it."""
+        lines, cause = await self._lines(f"REFUND {rule} {encode_key(key)} {int(units)}\n".encode("ascii"), 1)
+        result, lost = read_binding(lines, rule, self.fail_open, cause, binding=False)
+        self._out_of_step(lost)
+        return result
+
+    def _out_of_step(self, lost: bool) -> None:
+        if lost and self._conn is not None:
+            self._lost(self._conn, "connection out of step", retry=False)
+
+    async def _lines(self, payload: bytes, n: int) -> Tuple[List[str], Optional[str]]:
+        """Sends ``payload`` (n request lines) and waits for up to n reply lines."""
         loop = asyncio.get_running_loop()
-        payload = "".join([request_line(r, k, n) for r, k, n in items]).encode("ascii")
-        batch = _Batch(payload, len(items), loop.create_future(), loop.time() + self.timeout)
+        batch = _Batch(payload, n, loop.create_future(), loop.time() + self.timeout)
         conn = self._conn
         if conn is not None and not conn.closed and conn.loop is loop:
             self._enqueue(conn, batch, loop)  # the common case: no coroutine to connect
         else:
             await self._send(batch, loop)
-        lines, cause = await batch.future
+        return await batch.future
+
+    async def _round_trip(self, items: List[Tuple[str, Key, int]]) -> List[Result]:
+        payload = "".join([request_line(r, k, n) for r, k, n in items]).encode("ascii")
+        lines, cause = await self._lines(payload, len(items))
         out: List[Result] = []
         bug: Optional[RequestError] = None
         for i, (rule, _, _) in enumerate(items):
@@ -231,6 +282,11 @@ class AsyncClient:
         try:
             _, conn = await loop.create_unix_connection(lambda: _Conn(self, loop), self.path)
         except BaseException as e:  # OSError, or cancelled by the caller's deadline
+            if isinstance(e, OSError) and not self._warned:
+                # Said once per client: a wrong path must not pass silently.
+                self._warned = True
+                _log.warning("ratelimitd: cannot reach the daemon at %s (%s); every call fails %s until it can",
+                             self.path, type(e).__name__, "open" if self.fail_open else "closed")
             # Waiters sharing this attempt see an OSError (their fallback), never a
             # cancellation that is not theirs.
             fut.set_exception(e if isinstance(e, OSError) else ConnectionError("connect interrupted"))

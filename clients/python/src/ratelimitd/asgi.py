@@ -12,6 +12,7 @@ from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optiona
 
 from ._checks import DENY_BODY, ChecksFunc, KeyFunc, RuleSpec, make_checks
 from ._result import Key, response_headers, status_for
+from ._several import all_or_nothing_headers
 from .aio import AsyncClient
 
 Scope = MutableMapping[str, Any]
@@ -33,7 +34,10 @@ class RateLimitMiddleware:
     ``callable(scope) -> str | None`` (None: no check for this request; default: the
     peer address); ``cost``: units per request. Or ``checks``: ``callable(scope) ->
     [(rule, key, cost), ...]`` for several rules, checked in one round trip; the most
-    restrictive result sets the headers. ``legacy_headers`` adds X-RateLimit-*.
+    restrictive result sets the headers. ``all_or_nothing=True`` decides the checks
+    as one CHECKALL instead (a denied request takes nothing from any rule; at most 8
+    checks, no ``lease = "auto"`` or concurrency rule): ``RateLimit`` names the binding
+    rule and ``RateLimit-Policy`` lists every rule. ``legacy_headers`` adds X-RateLimit-*.
     Only HTTP requests are checked (websocket and lifespan pass through)."""
 
     def __init__(
@@ -46,11 +50,13 @@ class RateLimitMiddleware:
         checks: Optional[ChecksFunc] = None,
         legacy_headers: bool = False,
         deny_body: bytes = DENY_BODY,
+        all_or_nothing: bool = False,
     ) -> None:
         self.app = app
         self.client = client
         self.legacy_headers = legacy_headers
         self.deny_body = deny_body
+        self.all_or_nothing = all_or_nothing
         self._checks = make_checks(rule, key, cost, checks, client_address)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -61,9 +67,14 @@ class RateLimitMiddleware:
         if not checks:
             await self.app(scope, receive, send)
             return
-        results = await self.client.check_many(checks)
-        headers = _encode(response_headers(results, self.legacy_headers))
-        if status_for(results) == 429:
+        if self.all_or_nothing:
+            binding, policies = await self.client.check_all_policies(checks)
+            found, status = all_or_nothing_headers(binding, policies, self.legacy_headers), 200 if binding.allowed else 429
+        else:
+            results = await self.client.check_many(checks)
+            found, status = response_headers(results, self.legacy_headers), status_for(results)
+        headers = _encode(found)
+        if status == 429:
             await send({"type": "http.response.start", "status": 429,
                         "headers": headers + [(b"content-type", b"text/plain; charset=utf-8"),
                                               (b"content-length", str(len(self.deny_body)).encode())]})

@@ -27,12 +27,20 @@ from ._result import (
     parse_reply,
     request_line,
 )
+from ._several import (
+    MAX_TRIPLES,
+    all_payload,
+    check_all_items,
+    check_all_line,
+    policy_checks,
+    read_binding,
+    read_policies,
+)
+
+__all__ = ["Client", "MAX_TRIPLES"]
 
 
 _log = logging.getLogger("ratelimitd")
-
-#: Most checks one ``check_all`` may carry.
-MAX_TRIPLES = 8
 
 
 class _Lost(Exception):
@@ -99,31 +107,36 @@ class Client:
         """1 to 8 checks as one request (CHECKALL): allowed only if every one is, and
         then each is taken; on a deny none is. The binding check's result, its
         ``rule`` naming it. Raises ``RequestError`` for a malformed request."""
-        items = normalize(list(checks))
-        if not 1 <= len(items) <= MAX_TRIPLES:
-            raise RequestError("PROTO", f"check_all takes 1 to {MAX_TRIPLES} (rule, key[, cost]) checks")
-        line = "CHECKALL" + "".join(f" {r} {encode_key(k)} {int(n)}" for r, k, n in items) + "\n"
-        return self._one(line, items[0][0], binding=True)
+        items = check_all_items(checks)
+        with self._lock:
+            lines, cause = self._round_trip(check_all_line(items).encode("ascii"), 1)
+            result, lost = read_binding(lines, items[0][0], self.fail_open, cause)
+            if lost:
+                self._close()
+        return result
+
+    def check_all_policies(self, checks: Iterable[Check]) -> Tuple[Result, List[Result]]:
+        """``check_all``, plus one cost-0 check per distinct rule in the same round
+        trip (none for a single rule): the binding result and each rule's state, for
+        ``all_or_nothing_headers`` to list every policy."""
+        items = check_all_items(checks)
+        asks = policy_checks(items)
+        with self._lock:
+            lines, cause = self._round_trip(all_payload(items, asks), 1 + len(asks))
+            result, lost = read_binding(lines, items[0][0], self.fail_open, cause)
+            policies, lost2 = read_policies(lines, asks, self.fail_open, cause)
+            if lost or lost2:
+                self._close()
+        return result, policies
 
     def refund(self, rule: str, key: Key, units: int) -> Result:
         """Gives up to ``units`` back to ``key`` under ``rule`` (never beyond its limit);
         the key's state after it."""
-        return self._one(f"REFUND {rule} {encode_key(key)} {int(units)}\n", rule)
-
-    def _one(self, line: str, rule: str, binding: bool = False) -> Result:
         with self._lock:
-            lines, cause = self._round_trip(line.encode("ascii"), 1)
-            if not lines:
-                return fallback(rule, self.fail_open, cause or "no reply")
-            try:
-                result = parse_reply(lines[0], rule)
-            except ReplyError as e:
-                if not lines[0].startswith("ERR"):
-                    self._close()
-                return fallback(rule, self.fail_open, str(e))
-        fields = lines[0].split()
-        if binding and len(fields) >= 8:
-            result.rule = fields[7]  # the binding rule, after window_ms
+            lines, cause = self._round_trip(f"REFUND {rule} {encode_key(key)} {int(units)}\n".encode("ascii"), 1)
+            result, lost = read_binding(lines, rule, self.fail_open, cause, binding=False)
+            if lost:
+                self._close()
         return result
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from ._checks import DENY_BODY, ChecksFunc, KeyFunc, RuleSpec, make_checks
 from ._result import Key, response_headers, status_for
+from ._several import all_or_nothing_headers
 from .client import Client
 
 Environ = Dict[str, Any]
@@ -29,8 +30,8 @@ class RateLimitMiddleware:
     """Same parameters as the ASGI middleware, with the WSGI ``environ`` passed to
     the callables: ``rule`` (a name or ``callable(environ)``), ``key``
     (``callable(environ) -> str | None``; None skips the check), ``cost``, or
-    ``checks`` (``callable(environ) -> [(rule, key, cost), ...]``), and
-    ``legacy_headers``."""
+    ``checks`` (``callable(environ) -> [(rule, key, cost), ...]``), ``legacy_headers``
+    and ``all_or_nothing``."""
 
     def __init__(
         self,
@@ -42,20 +43,27 @@ class RateLimitMiddleware:
         checks: Optional[ChecksFunc] = None,
         legacy_headers: bool = False,
         deny_body: bytes = DENY_BODY,
+        all_or_nothing: bool = False,
     ) -> None:
         self.app = app
         self.client = client
         self.legacy_headers = legacy_headers
         self.deny_body = deny_body
+        self.all_or_nothing = all_or_nothing
         self._checks = make_checks(rule, key, cost, checks, remote_addr)
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         checks = self._checks(environ)
         if not checks:
             return self.app(environ, start_response)
-        results = self.client.check_many(checks)
-        headers: List[Tuple[str, str]] = list(response_headers(results, self.legacy_headers).items())
-        if status_for(results) == 429:
+        if self.all_or_nothing:
+            binding, policies = self.client.check_all_policies(checks)
+            found, status = all_or_nothing_headers(binding, policies, self.legacy_headers), 200 if binding.allowed else 429
+        else:
+            results = self.client.check_many(checks)
+            found, status = response_headers(results, self.legacy_headers), status_for(results)
+        headers: List[Tuple[str, str]] = list(found.items())
+        if status == 429:
             start_response("429 Too Many Requests", headers + [
                 ("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(self.deny_body)))])
             return [self.deny_body]
