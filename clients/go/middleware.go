@@ -8,7 +8,8 @@ import (
 	"net/http"
 )
 
-// MiddlewareOption configures Middleware.
+// MiddlewareOption configures Middleware (WithLegacyHeaders, WithErrorHandler,
+// WithAllOrNothing).
 type MiddlewareOption func(*middleware)
 
 // WithLegacyHeaders also sends X-RateLimit-Limit, -Remaining and -Reset.
@@ -25,6 +26,8 @@ type middleware struct {
 	checks  func(*http.Request) []Check
 	legacy  bool
 	onError func(http.ResponseWriter, *http.Request, error)
+
+	allOrNothing bool
 }
 
 type ctxKey struct{}
@@ -59,13 +62,14 @@ func Middleware(c *Client, checks func(*http.Request) []Check, opts ...Middlewar
 				next.ServeHTTP(w, req)
 				return
 			}
-			rs, err := m.client.CheckMany(req.Context(), wanted)
+			r, headers, err := m.decide(req, wanted)
 			if err != nil {
 				m.onError(w, req, err)
 				return
 			}
-			r := MostRestrictive(rs)
-			r.WriteHeaders(w.Header(), m.legacy)
+			for k, v := range headers {
+				w.Header().Set(k, v)
+			}
 			if !r.Allowed {
 				http.Error(w, "Too Many Requests", http.StatusTooManyRequests)
 				return

@@ -18,22 +18,55 @@ const MaxTriples = 8
 // the one with the longest wait, on an allow the one with the fewest remaining relative
 // to its limit), its Rule naming it. The error is non-nil only for a malformed request.
 func (c *Client) CheckAll(ctx context.Context, checks []Check) (Result, error) {
-	if len(checks) < 1 || len(checks) > MaxTriples {
-		return Result{}, &RequestError{Code: "PROTO", Message: fmt.Sprintf("CheckAll takes 1 to %d checks", MaxTriples)}
+	r, _, err := c.checkAll(ctx, checks, nil)
+	return r, err
+}
+
+// CheckAllPolicies is CheckAll plus, in the same round trip, one check of cost 0 (it
+// takes nothing) per distinct rule, when the checks name more than one: the binding
+// result and each rule's state, in the order the rules first appear, for
+// AllOrNothingHeaders to list every policy. A policy that could not be read is a
+// client-decided result (left out of the headers).
+func (c *Client) CheckAllPolicies(ctx context.Context, checks []Check) (Result, []Result, error) {
+	first := map[string]bool{}
+	var asks []Check
+	for _, ch := range checks {
+		if !first[ch.Rule] {
+			first[ch.Rule] = true
+			asks = append(asks, Check{Rule: ch.Rule, Key: ch.Key, Cost: 0})
+		}
 	}
-	var one strings.Builder
+	if len(asks) < 2 {
+		asks = nil
+	}
+	return c.checkAll(ctx, checks, asks)
+}
+
+func (c *Client) checkAll(ctx context.Context, checks, asks []Check) (Result, []Result, error) {
+	if len(checks) < 1 || len(checks) > MaxTriples {
+		return Result{}, nil, &RequestError{Code: "PROTO", Message: fmt.Sprintf("CheckAll takes 1 to %d checks", MaxTriples)}
+	}
+	var one, payload strings.Builder
 	line := "CHECKALL"
 	for _, ch := range checks {
 		one.Reset()
 		if err := appendRequest(&one, ch); err != nil {
-			return Result{}, err
+			return Result{}, nil, err
 		}
 		// "CHECK <rule> <key> <cost>\n" → " <rule> <key> <cost>"
 		line += strings.TrimSuffix(strings.TrimPrefix(one.String(), "CHECK"), "\n")
 	}
-	rs, lines, err := c.exchangeLines(ctx, []byte(line+"\n"), []string{checks[0].Rule})
+	payload.WriteString(line + "\n")
+	rules := []string{checks[0].Rule}
+	for _, ch := range asks {
+		if err := appendRequest(&payload, ch); err != nil {
+			return Result{}, nil, err
+		}
+		rules = append(rules, ch.Rule)
+	}
+	rs, lines, err := c.exchangeLines(ctx, []byte(payload.String()), rules)
 	if err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	r := rs[0]
 	if len(lines) > 0 && !strings.HasPrefix(r.Source, "client_") {
@@ -41,7 +74,7 @@ func (c *Client) CheckAll(ctx context.Context, checks []Check) (Result, error) {
 			r.Rule = f[7] // the binding rule, after window_ms
 		}
 	}
-	return r, nil
+	return r, rs[1:], nil
 }
 
 // Refund gives up to units back to key under rule (never beyond the rule's limit);
