@@ -59,6 +59,8 @@ export declare class Client {
   checkMany(checks: Check[]): Promise<Result[]>;
   /** 1 to 8 limits, all or nothing; the binding one's result (`rule` names it). */
   checkAll(triples: Check[]): Promise<Result>;
+  /** checkAll plus one cost-0 check per distinct rule: [binding, each rule's state]. */
+  checkAllPolicies(triples: Check[]): Promise<[Result, Result[]]>;
   /** Gives up to `units` back; the key's state after it. */
   refund(rule: string, key: string | Buffer, units: number): Promise<Result>;
   close(): void;
@@ -73,6 +75,8 @@ export interface MiddlewareOptions<Req = IncomingMessage> extends HeaderOptions 
   cost?: number;
   /** Several rules per request instead of rule/key/cost. */
   checks?: (req: Req) => Awaitable<Check[] | null | undefined>;
+  /** Decide the checks as one CHECKALL: a denied request takes nothing from any rule. */
+  allOrNothing?: boolean;
   denyBody?: string;
 }
 
@@ -88,6 +92,8 @@ export declare function parseReply(line: string, rule?: string): Result;
 export declare function encodeKey(key: string | Buffer): string;
 export declare function mostRestrictive(results: Result[]): Result;
 export declare function responseHeaders(results: Result[], opts?: HeaderOptions): Record<string, string>;
+/** Headers of a checkAllPolicies decision: RateLimit-Policy lists every rule. */
+export declare function allOrNothingHeaders(binding: Result, policies: Result[], opts?: HeaderOptions): Record<string, string>;
 export declare function statusFor(results: Result[]): 200 | 429;
 
 /** One ACQUIRE's answer (concurrency rules). */

@@ -2,7 +2,7 @@
 // The package's CommonJS entry point; index.mjs re-exports it for ESM.
 const result = require('./lib/result');
 const { Client } = require('./lib/client');
-require('./lib/several'); // Client#checkAll, Client#refund
+const { allOrNothingHeaders } = require('./lib/several'); // also Client#checkAll, #checkAllPolicies, #refund
 const { middleware, clientAddress } = require('./lib/middleware');
 const slots = require('./lib/slots');
 
@@ -17,6 +17,7 @@ module.exports = {
   encodeKey: result.encodeKey,
   mostRestrictive: result.mostRestrictive,
   responseHeaders: result.responseHeaders,
+  allOrNothingHeaders,
   statusFor: result.statusFor,
   DEFAULT_SOCKET: result.DEFAULT_SOCKET,
   acquire: slots.acquire,

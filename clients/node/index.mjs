@@ -3,7 +3,7 @@ import cjs from './index.js';
 
 export const {
   Client, middleware, clientAddress, Result, RequestError, ReplyError, parseReply, encodeKey,
-  mostRestrictive, responseHeaders, statusFor, DEFAULT_SOCKET,
+  mostRestrictive, responseHeaders, allOrNothingHeaders, statusFor, DEFAULT_SOCKET,
   acquire, release, withSlot, concurrencyMiddleware, Slot,
 } = cjs;
 export default cjs;

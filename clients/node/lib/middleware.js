@@ -6,6 +6,7 @@
  */
 
 const { responseHeaders, statusFor } = require('./result');
+const { allOrNothingHeaders } = require('./several');
 
 const DENY_BODY = 'Too Many Requests\n';
 
@@ -19,11 +20,15 @@ function clientAddress(req) {
  * @param {object} opts  rule (a name or (req) => name|null), key ((req) => key|null;
  *   null skips the check; default the peer address), cost (default 1); or checks
  *   ((req) => [[rule, key, cost], ...]) for several rules in one round trip, the most
- *   restrictive setting the headers; legacyHeaders adds X-RateLimit-*. Callables may
- *   return promises.
+ *   restrictive setting the headers; allOrNothing decides them as one CHECKALL instead
+ *   (a denied request takes nothing from any rule; at most 8 checks, no lease = "auto"
+ *   or concurrency rule): RateLimit names the binding rule, RateLimit-Policy lists every
+ *   rule; legacyHeaders adds X-RateLimit-*. Callables may return promises.
  */
 function middleware(client, opts = {}) {
-  const { rule, key = clientAddress, cost = 1, checks, legacyHeaders = false, denyBody = DENY_BODY } = opts;
+  const {
+    rule, key = clientAddress, cost = 1, checks, legacyHeaders = false, denyBody = DENY_BODY, allOrNothing = false,
+  } = opts;
   if (checks && rule !== undefined) throw new TypeError('give either checks or rule/key, not both');
   if (!checks && rule === undefined) throw new TypeError('rule (a name or a function) or checks is required');
   const checksOf = checks
@@ -34,14 +39,22 @@ function middleware(client, opts = {}) {
       return r == null || k == null ? [] : [[r, k, cost]];
     };
 
+  // The status and headers for one request's checks.
+  const decide = allOrNothing
+    ? (list) => client.checkAllPolicies(list).then(([binding, policies]) => ({
+      status: binding.allowed ? 200 : 429, headers: allOrNothingHeaders(binding, policies, { legacyHeaders }),
+    }))
+    : (list) => client.checkMany(list).then((results) => ({
+      status: statusFor(results), headers: responseHeaders(results, { legacyHeaders }),
+    }));
+
   return function rateLimit(req, res, next) {
     checksOf(req)
-      .then((list) => (list.length === 0 ? null : client.checkMany(list)))
-      .then((results) => {
-        if (results === null) return next();
-        const headers = responseHeaders(results, { legacyHeaders });
-        for (const [name, value] of Object.entries(headers)) res.setHeader(name, value);
-        if (statusFor(results) !== 429) return next();
+      .then((list) => (list.length === 0 ? null : decide(list)))
+      .then((decided) => {
+        if (decided === null) return next();
+        for (const [name, value] of Object.entries(decided.headers)) res.setHeader(name, value);
+        if (decided.status !== 429) return next();
         res.statusCode = 429;
         res.setHeader('Content-Type', 'text/plain; charset=utf-8');
         res.end(denyBody);

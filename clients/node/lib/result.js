@@ -198,4 +198,5 @@ module.exports = {
   mostRestrictive,
   statusFor,
   responseHeaders,
+  sfString,
 };

@@ -8,7 +8,7 @@
  */
 
 const { Client, Batch } = require('./client');
-const { RequestError, encodeKey } = require('./result');
+const { RequestError, encodeKey, requestLine, responseHeaders, sfString } = require('./result');
 
 /** Most triples one checkAll may carry. */
 const MAX_TRIPLES = 8;
@@ -18,6 +18,18 @@ const MAX_TRIPLES = 8;
  * @returns {Promise<Result>} the binding triple's result, `rule` set to its rule
  */
 Client.prototype.checkAll = function checkAll(triples) {
+  return this.checkAllPolicies(triples, false).then(([binding]) => binding);
+};
+
+/**
+ * checkAll plus, in the same round trip, one check of cost 0 (it takes nothing) per
+ * distinct rule when the triples name more than one: resolves to [binding, policies],
+ * the policies in the order the rules first appear, for allOrNothingHeaders to list
+ * every policy. One that could not be read is client-decided (left out of the headers).
+ * @param {Array<[string, string, number?]>} triples 1 to 8 [rule, key, cost = 1]
+ * @param {boolean} [withPolicies=true]
+ */
+Client.prototype.checkAllPolicies = function checkAllPolicies(triples, withPolicies = true) {
   return new Promise((resolve, reject) => {
     if (!Array.isArray(triples) || triples.length < 1 || triples.length > MAX_TRIPLES) {
       reject(new RequestError('PROTO', `checkAll takes 1 to ${MAX_TRIPLES} [rule, key, cost] triples`));
@@ -25,15 +37,25 @@ Client.prototype.checkAll = function checkAll(triples) {
     }
     let line = 'CHECKALL';
     for (const [rule, key, cost = 1] of triples) line += ` ${rule} ${encodeKey(key)} ${cost}`;
-    const batch = new Batch([triples[0][0]], `${line}\n`, (r) => {
+    const asks = withPolicies ? policyChecks(triples) : [];
+    const payload = `${line}\n${asks.map(([rule, key]) => requestLine(rule, key, 0)).join('')}`;
+    const batch = new Batch([triples[0][0], ...asks.map(([rule]) => rule)], payload, (rs) => {
       // The daemon names the binding rule after window_ms (the eighth field).
+      const binding = rs[0];
       const f = (batch.lines[0] || '').trim().split(/[ \t]+/);
-      if (!r.fromClient && f.length >= 8) r.rule = f[7];
-      resolve(r);
-    }, reject, true, Date.now() + this.timeoutMs);
+      if (!binding.fromClient && f.length >= 8) binding.rule = f[7];
+      resolve([binding, rs.slice(1)]);
+    }, reject, false, Date.now() + this.timeoutMs);
     this._send(batch);
   });
 };
+
+/** One [rule, key] per distinct rule (its first key), or none for a single rule. */
+function policyChecks(triples) {
+  const first = new Map();
+  for (const [rule, key] of triples) if (!first.has(rule)) first.set(rule, key);
+  return first.size < 2 ? [] : [...first];
+}
 
 /** Gives up to `units` back to `key` under `rule`; resolves to its state after it. */
 Client.prototype.refund = function refund(rule, key, units) {
@@ -43,4 +65,27 @@ Client.prototype.refund = function refund(rule, key, units) {
   });
 };
 
-module.exports = { MAX_TRIPLES };
+const ceilS = (ms) => Math.ceil(ms / 1000);
+
+/**
+ * The headers of a request decided by checkAllPolicies: those of `binding` (see
+ * responseHeaders), with RateLimit-Policy listing every distinct rule once in the order
+ * of the checks, joined by ', ': the binding rule's from `binding`, another's from its
+ * cost-0 result (left out when the client decided it). A binding rule that is none of
+ * the checks' rules (a composite rule's member) comes first.
+ */
+function allOrNothingHeaders(binding, policies, opts = {}) {
+  const h = responseHeaders([binding], opts);
+  if (binding.fromClient) return h;
+  const names = policies.map((p) => p.rule);
+  if (!names.includes(binding.rule)) names.unshift(binding.rule);
+  const byRule = new Map(policies.filter((p) => !p.fromClient).map((p) => [p.rule, p]));
+  byRule.set(binding.rule, binding);
+  h['RateLimit-Policy'] = names.filter((n) => byRule.has(n)).map((n) => {
+    const r = byRule.get(n);
+    return `${sfString(n)};q=${r.limit}${r.windowMs ? `;w=${ceilS(r.windowMs)}` : ''}`;
+  }).join(', ');
+  return h;
+}
+
+module.exports = { MAX_TRIPLES, allOrNothingHeaders };

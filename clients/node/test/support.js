@@ -17,8 +17,9 @@ function tmpdir(prefix) {
   return fs.mkdtempSync(path.join(process.env.RL_TEST_ROOT || os.tmpdir(), prefix));
 }
 
-function loadCases() {
-  return JSON.parse(fs.readFileSync(path.join(CLIENTS, 'conformance.json'), 'utf8')).cases;
+/** One table of clients/conformance.json: cases, several_cases, several_header_cases. */
+function loadCases(table = 'cases') {
+  return JSON.parse(fs.readFileSync(path.join(CLIENTS, 'conformance.json'), 'utf8'))[table];
 }
 
 /** A real daemon (redis.mode = "none") in a temp dir. */
