@@ -1,6 +1,7 @@
 <?php
-// PSR-15 middleware: checks each request against ratelimitd, sets the rate-limit headers
-// from the most restrictive result, and answers 429 itself when denied.
+// PSR-15 middleware: checks each request against ratelimitd (several checks pipelined, or
+// all or nothing as one CHECKALL), sets the rate-limit headers, and answers 429 itself
+// when denied.
 
 declare(strict_types=1);
 
@@ -33,12 +34,16 @@ final class Middleware implements MiddlewareInterface
     /**
      * @param callable(ServerRequestInterface): list<array{0: string, 1: string, 2?: int}> $checks
      * @param bool $legacyHeaders also send X-RateLimit-Limit, -Remaining and -Reset
+     * @param bool $allOrNothing decide the checks as one CHECKALL (at most 8; no
+     *   lease = "auto" or concurrency rule): a denied request takes nothing from any rule;
+     *   RateLimit names the binding rule, RateLimit-Policy lists every rule
      */
     public function __construct(
         private readonly Client $client,
         private readonly ResponseFactoryInterface $responses,
         callable $checks,
         private readonly bool $legacyHeaders = false,
+        private readonly bool $allOrNothing = false,
     ) {
         $this->checks = \Closure::fromCallable($checks);
     }
@@ -49,14 +54,20 @@ final class Middleware implements MiddlewareInterface
         if (!$checks) {
             return $handler->handle($request);
         }
-        $r = Result::mostRestrictive($this->client->checkMany($checks));
+        if ($this->allOrNothing) {
+            [$r, $policies] = $this->client->checkAllPolicies($checks);
+            $headers = Result::allOrNothingHeaders($r, $policies, $this->legacyHeaders);
+        } else {
+            $r = Result::mostRestrictive($this->client->checkMany($checks));
+            $headers = $r->headers($this->legacyHeaders);
+        }
         if ($r->allowed) {
             $response = $handler->handle($request->withAttribute(self::RESULT_ATTRIBUTE, $r));
         } else {
             $response = $this->responses->createResponse(429)->withHeader('Content-Type', 'text/plain; charset=utf-8');
             $response->getBody()->write("Too Many Requests\n");
         }
-        foreach ($r->headers($this->legacyHeaders) as $name => $value) {
+        foreach ($headers as $name => $value) {
             $response = $response->withHeader($name, $value);
         }
         return $response;

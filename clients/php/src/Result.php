@@ -47,12 +47,8 @@ final class Result
             return $this->allowed ? [] : ['Retry-After' => '1'];
         }
         $reset = self::ceilSeconds($this->resetMs);
-        $policy = "\"{$this->rule}\";q={$this->limit}";
-        if ($this->windowMs !== null && $this->windowMs > 0) {
-            $policy .= ';w=' . self::ceilSeconds($this->windowMs);
-        }
         $h = [
-            'RateLimit-Policy' => $policy,
+            'RateLimit-Policy' => $this->policy(),
             'RateLimit' => "\"{$this->rule}\";r={$this->remaining};t=$reset",
         ];
         if (!$this->allowed) {
@@ -64,6 +60,53 @@ final class Result
             $h['X-RateLimit-Reset'] = (string) $reset;
         }
         return $h;
+    }
+
+    /**
+     * The headers of a request decided by checkAllPolicies(): those of $binding (see
+     * headers()), with RateLimit-Policy listing every distinct rule once in the order of the
+     * checks, joined by ", ": the binding rule's from $binding, another's from its cost-0
+     * result (left out when the client decided it). A binding rule that is none of the
+     * checks' rules (a composite rule's member) comes first.
+     *
+     * @param list<Result> $policies
+     * @return array<string, string>
+     */
+    public static function allOrNothingHeaders(self $binding, array $policies, bool $legacy = false): array
+    {
+        $h = $binding->headers($legacy);
+        if ($binding->fromClient()) {
+            return $h;
+        }
+        $names = array_map(fn (self $p) => $p->rule, $policies);
+        if (!in_array($binding->rule, $names, true)) {
+            array_unshift($names, $binding->rule);
+        }
+        $byRule = [];
+        foreach ($policies as $p) {
+            if (!$p->fromClient()) {
+                $byRule[$p->rule] = $p;
+            }
+        }
+        $byRule[$binding->rule] = $binding;
+        $parts = [];
+        foreach ($names as $n) {
+            if (isset($byRule[$n])) {
+                $parts[] = $byRule[$n]->policy();
+            }
+        }
+        $h['RateLimit-Policy'] = implode(', ', $parts);
+        return $h;
+    }
+
+    /** "<rule>";q=<limit>;w=<window s> (w omitted without a window). */
+    private function policy(): string
+    {
+        $policy = "\"{$this->rule}\";q={$this->limit}";
+        if ($this->windowMs !== null && $this->windowMs > 0) {
+            $policy .= ';w=' . self::ceilSeconds($this->windowMs);
+        }
+        return $policy;
     }
 
     /**

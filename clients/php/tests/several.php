@@ -1,10 +1,15 @@
 <?php
-// checkAll (CHECKALL: all or nothing), refund (REFUND) against a real daemon, and the one
-// warning naming the socket path when the daemon cannot be reached.
+// checkAll (CHECKALL: all or nothing), refund (REFUND) and the all-or-nothing middleware
+// against a real daemon and against the stand-in (conformance.json's several_cases and
+// several_header_cases), and the one warning naming the socket path when the daemon cannot
+// be reached.
 
 declare(strict_types=1);
 
+use Nyholm\Psr7\Factory\Psr17Factory;
+use Nyholm\Psr7\ServerRequest;
 use RateLimitd\Client;
+use RateLimitd\Middleware;
 use RateLimitd\RequestError;
 
 test('daemon: checkAll takes nothing when one check denies; refund answers the state', function () {
@@ -99,3 +104,82 @@ foreach ($several as $c) {
         }
     });
 }
+
+// conformance.json's several_header_cases: the all-or-nothing middleware against the stand-in.
+$headerCases = json_decode((string) file_get_contents(__DIR__ . '/../../conformance.json'), true)['several_header_cases'] ?? [];
+check(count($headerCases) > 0, 'conformance.json has several_header_cases');
+
+/**
+ * One GET through the all-or-nothing middleware: [status, rate-limit headers (lower-case
+ * names), whether the handler ran].
+ *
+ * @param list<array{0: string, 1: string, 2?: int}> $checks
+ * @return array{0: int, 1: array<string, string>, 2: bool}
+ */
+function all_or_nothing_request(Client $rl, array $checks, bool $legacy): array
+{
+    $mw = new Middleware($rl, new Psr17Factory(), fn () => $checks, $legacy, allOrNothing: true);
+    $app = new HelloHandler();
+    $res = $mw->process(new ServerRequest('GET', '/'), $app);
+    $got = [];
+    foreach ($res->getHeaders() as $name => $values) {
+        $l = strtolower($name);
+        if (in_array($l, ['ratelimit', 'ratelimit-policy', 'retry-after'], true) || str_starts_with($l, 'x-ratelimit-')) {
+            $got[$l] = implode(', ', $values);
+        }
+    }
+    ksort($got);
+    return [$res->getStatusCode(), $got, $app->ran];
+}
+
+foreach ($headerCases as $c) {
+    test("conformance all-or-nothing middleware {$c['name']}", function () use ($c) {
+        $d = new StandIn($c['daemon'], $c['replies'] ?? []);
+        $o = $c['options'] ?? [];
+        $rl = new Client($d->socket, ($o['timeout_ms'] ?? 5000) / 1000, $o['fail_open'] ?? true);
+        $want = $c['expect'];
+        set_error_handler(fn () => true, E_USER_WARNING);
+        try {
+            try {
+                [$status, $got, $ran] = all_or_nothing_request($rl, $c['checks'], $o['legacy_headers'] ?? false);
+            } catch (RequestError $e) {
+                check(isset($want['raises']) && $e->errorCode === $want['raises'], "raised {$e->errorCode}");
+                return;
+            }
+            check(!isset($want['raises']), 'should raise ' . ($want['raises'] ?? ''));
+            check($status === $want['status'], "status $status");
+            check($ran === ($want['status'] === 200), 'the handler runs exactly when allowed');
+            $exp = array_change_key_case($want['headers'], CASE_LOWER);
+            ksort($exp);
+            check($got === $exp, 'headers ' . json_encode($got) . ' want ' . json_encode($exp));
+            if (isset($c['requests'])) {
+                check($d->requests() === $c['requests'], 'requests ' . json_encode($d->requests()));
+            }
+        } finally {
+            restore_error_handler();
+            $rl->close();
+            $d->stop();
+        }
+    });
+}
+
+test('daemon: the all-or-nothing middleware takes nothing when denied', function () {
+    $d = new Daemon();
+    try {
+        $rl = new Client($d->socket, 5.0, true, false);
+        $rl->check('api', 'php:mw:a', 3); // "a" has 2 left, "b" 5
+        $checks = [['api', 'php:mw:a'], ['fast', 'php:mw:a'], ['api', 'php:mw:b']];
+        foreach ([200, 200, 429, 429, 429] as $i => $want) {
+            [$status, $h, $ran] = all_or_nothing_request($rl, $checks, false);
+            check($status === $want && $ran === ($want === 200), "request $i: $status");
+            check((bool) preg_match('/^"api";q=5;w=5000, "fast";q=1000000;w=\d+$/', $h['ratelimit-policy'] ?? ''), 'policy ' . json_encode($h));
+            check((bool) preg_match('/^"api";r=\d+;t=\d+$/', $h['ratelimit'] ?? ''), 'ratelimit ' . json_encode($h));
+            check(isset($h['retry-after']) === ($want === 429), 'retry-after ' . json_encode($h));
+        }
+        // Two allowed requests took 2 of b's 5; the three denied ones took nothing.
+        check($rl->check('api', 'php:mw:b', 0)->remaining === 3, 'b lost nothing to denied requests');
+        $rl->close();
+    } finally {
+        $d->stop();
+    }
+});
