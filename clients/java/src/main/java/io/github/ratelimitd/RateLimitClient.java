@@ -334,6 +334,33 @@ public final class RateLimitClient implements AutoCloseable {
         .get(0);
   }
 
+  /**
+   * {@link #checkAll(List)} plus, in the same round trip, one check of cost 0 (it takes
+   * nothing) per distinct rule when the checks name more than one, so that the response can
+   * list every policy ({@link AllOrNothing#headers}).
+   *
+   * @throws RequestException as {@link #checkAll(List)}
+   */
+  public AllOrNothing checkAllPolicies(List<Check> checks) {
+    List<Check> asks = SeveralLimits.policyChecks(checks);
+    StringBuilder sb = new StringBuilder(SeveralLimits.checkAllLine(checks));
+    List<String> rules = new ArrayList<>(List.of(checks.get(0).rule()));
+    for (Check c : asks) {
+      Protocol.appendRequest(sb, c);
+      rules.add(c.rule());
+    }
+    List<Result> rs =
+        roundTrip(
+            sb.toString().getBytes(StandardCharsets.US_ASCII),
+            rules,
+            SeveralLimits::parseCheckAllReply);
+    List<Result> policies = new ArrayList<>(asks.size());
+    for (int i = 1; i < rs.size(); i++) {
+      policies.add(SeveralLimits.withRule(rs.get(i), rules.get(i)));
+    }
+    return new AllOrNothing(rs.get(0), policies);
+  }
+
   /** {@link #checkAll(List)} of its arguments. */
   public Result checkAll(Check... checks) {
     return checkAll(List.of(checks));

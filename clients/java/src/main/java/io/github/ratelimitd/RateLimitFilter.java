@@ -1,6 +1,6 @@
 // The servlet filter applications put in front of their handlers: checks each request
-// against ratelimitd, sets the rate-limit headers from the most restrictive result, and
-// answers 429 itself when denied.
+// against ratelimitd (several checks pipelined, or all or nothing as one CHECKALL), sets the
+// rate-limit headers, and answers 429 itself when denied.
 package io.github.ratelimitd;
 
 import jakarta.servlet.Filter;
@@ -26,7 +26,8 @@ import java.util.function.Function;
  * }</pre>
  *
  * <p>Or in web.xml with init-params {@code rule} (required), {@code socket}, {@code timeoutMs},
- * {@code failOpen}, {@code legacyHeaders}; the key is then the client's address.
+ * {@code failOpen}, {@code legacyHeaders}, {@code allOrNothing}; the key is then the client's
+ * address.
  *
  * <p>A denied request gets 429, the headers (see {@link RateLimitHeaders}) and a short text
  * body; the chain does not run. An allowed one gets the headers and runs the chain. A request
@@ -42,6 +43,7 @@ public class RateLimitFilter implements Filter {
   private RateLimitClient client;
   private Function<HttpServletRequest, List<Check>> checks;
   private boolean legacyHeaders;
+  private boolean allOrNothing;
 
   /**
    * @param checks the checks one request makes (rule, key, cost); an empty list lets it through
@@ -58,6 +60,22 @@ public class RateLimitFilter implements Filter {
     this.client = client;
     this.checks = checks;
     this.legacyHeaders = legacyHeaders;
+  }
+
+  /**
+   * @param legacyHeaders also send X-RateLimit-Limit, -Remaining and -Reset
+   * @param allOrNothing decide the checks as one CHECKALL (at most 8; no {@code lease = "auto"}
+   *     or concurrency rule): a denied request takes nothing from any rule; {@code RateLimit}
+   *     names the binding rule, {@code RateLimit-Policy} lists every rule ({@link
+   *     RateLimitHeaders#allOrNothing})
+   */
+  public RateLimitFilter(
+      RateLimitClient client,
+      Function<HttpServletRequest, List<Check>> checks,
+      boolean legacyHeaders,
+      boolean allOrNothing) {
+    this(client, checks, legacyHeaders);
+    this.allOrNothing = allOrNothing;
   }
 
   /** For containers that instantiate filters from web.xml: configured in {@link #init}. */
@@ -88,6 +106,7 @@ public class RateLimitFilter implements Filter {
     client = b.build();
     checks = req -> List.of(new Check(rule, req.getRemoteAddr()));
     legacyHeaders = Boolean.parseBoolean(config.getInitParameter("legacyHeaders"));
+    allOrNothing = Boolean.parseBoolean(config.getInitParameter("allOrNothing"));
   }
 
   @Override
@@ -104,9 +123,18 @@ public class RateLimitFilter implements Filter {
       return;
     }
     // A RequestException (a caller bug) propagates: the container answers 500.
-    Result r = RateLimitHeaders.mostRestrictive(client.checkMany(wanted));
+    Result r;
+    Map<String, String> headers;
+    if (allOrNothing) {
+      AllOrNothing d = client.checkAllPolicies(wanted);
+      r = d.binding();
+      headers = d.headers(legacyHeaders);
+    } else {
+      r = RateLimitHeaders.mostRestrictive(client.checkMany(wanted));
+      headers = RateLimitHeaders.of(r, legacyHeaders);
+    }
     req.setAttribute(RESULT_ATTRIBUTE, r);
-    for (Map.Entry<String, String> h : RateLimitHeaders.of(r, legacyHeaders).entrySet()) {
+    for (Map.Entry<String, String> h : headers.entrySet()) {
       resp.setHeader(h.getKey(), h.getValue());
     }
     if (!r.allowed()) {

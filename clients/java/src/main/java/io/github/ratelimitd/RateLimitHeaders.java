@@ -3,9 +3,12 @@
 // request was checked against several rules.
 package io.github.ratelimitd;
 
+import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.StringJoiner;
 
 /** Header mapping shared by the client's users and {@link RateLimitFilter}. */
 public final class RateLimitHeaders {
@@ -27,12 +30,7 @@ public final class RateLimitHeaders {
       return h;
     }
     long reset = ceilSeconds(r.resetMs());
-    String policy = "\"" + r.rule() + "\";q=" + r.limit();
-    long window = r.windowMs().orElse(0);
-    if (window > 0) {
-      policy += ";w=" + ceilSeconds(window);
-    }
-    h.put("RateLimit-Policy", policy);
+    h.put("RateLimit-Policy", policy(r));
     h.put("RateLimit", "\"" + r.rule() + "\";r=" + r.remaining() + ";t=" + reset);
     if (!r.allowed()) {
       h.put("Retry-After", Long.toString(Math.max(1, ceilSeconds(r.waitMs()))));
@@ -43,6 +41,49 @@ public final class RateLimitHeaders {
       h.put("X-RateLimit-Reset", Long.toString(reset));
     }
     return h;
+  }
+
+  /**
+   * The headers of a request decided all or nothing ({@link RateLimitClient#checkAllPolicies}):
+   * those of {@code binding} (see {@link #of}), with {@code RateLimit-Policy} listing every
+   * distinct rule once in the order of the checks, joined by ", ": the binding rule's from
+   * {@code binding}, another's from its cost-0 result (left out when the client decided it). A
+   * binding rule that is none of the checks' rules (a composite rule's member) comes first.
+   */
+  public static Map<String, String> allOrNothing(
+      Result binding, List<Result> policies, boolean legacy) {
+    Map<String, String> h = of(binding, legacy);
+    if (binding.fromClient()) {
+      return h;
+    }
+    List<String> names = new ArrayList<>();
+    Map<String, Result> byRule = new HashMap<>();
+    for (Result p : policies) {
+      names.add(p.rule());
+      if (!p.fromClient()) {
+        byRule.put(p.rule(), p);
+      }
+    }
+    if (!names.contains(binding.rule())) {
+      names.add(0, binding.rule());
+    }
+    byRule.put(binding.rule(), binding);
+    StringJoiner parts = new StringJoiner(", ");
+    for (String n : names) {
+      Result r = byRule.get(n);
+      if (r != null) {
+        parts.add(policy(r));
+      }
+    }
+    h.put("RateLimit-Policy", parts.toString());
+    return h;
+  }
+
+  /** {@code "<rule>";q=<limit>;w=<window s>} ({@code w} omitted without a window). */
+  private static String policy(Result r) {
+    String policy = "\"" + r.rule() + "\";q=" + r.limit();
+    long window = r.windowMs().orElse(0);
+    return window > 0 ? policy + ";w=" + ceilSeconds(window) : policy;
   }
 
   /**

@@ -1,8 +1,11 @@
-// The request lines and reply of CHECKALL (several limits, all or nothing) and REFUND;
-// like Protocol, no I/O here.
+// The request lines and reply of CHECKALL (several limits, all or nothing), the cost-0
+// checks that let a response list every policy, and REFUND; like Protocol, no I/O here.
 package io.github.ratelimitd;
 
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 
 final class SeveralLimits {
   private SeveralLimits() {}
@@ -33,6 +36,26 @@ final class SeveralLimits {
     StringBuilder one = new StringBuilder();
     Protocol.appendRequest(one, c);
     return one.substring("CHECK ".length(), one.length() - 1);
+  }
+
+  /** One cost-0 check per distinct rule (its first key), or none for a single rule. */
+  static List<Check> policyChecks(List<Check> checks) {
+    Map<String, String> first = new LinkedHashMap<>();
+    for (Check c : checks) {
+      first.putIfAbsent(c.rule(), c.key());
+    }
+    List<Check> out = new ArrayList<>();
+    if (first.size() > 1) {
+      first.forEach((rule, key) -> out.add(new Check(rule, key, 0)));
+    }
+    return out;
+  }
+
+  /** r under the rule name it was asked for (a composite's reply names its member). */
+  static Result withRule(Result r, String rule) {
+    return new Result(
+        r.allowed(), r.limit(), r.remaining(), r.resetMs(), r.waitMs(), r.source(), rule,
+        r.windowMs(), r.error());
   }
 
   /** A CHECKALL reply: a CHECK reply whose 8th field names the binding rule. */
