@@ -36,6 +36,15 @@
 # all or nothing: allowed only if every check is, and then each is taken; on a DENY
 # none is consumed. Sets the RL_* variables from the binding check (RL_RULE is its
 # rule) and returns like rl_check; more than 8 (or none) returns 2.
+# rl_check_all_policies "RULE KEY [COST]"...: rl_check_all plus, in the same round
+# trip, one "CHECK RULE KEY 0" (it takes nothing) per distinct rule when the checks
+# name more than one; also sets RL_POLICY, the RateLimit-Policy value listing every
+# rule ("<rule>";q=<limit>;w=<window s>, joined by ", "; the binding rule's from the
+# CHECKALL reply, a rule whose line got no readable reply left out), which rl_headers
+# then prints. rl_limit_all "RULE KEY [COST]"...: the all-or-nothing guard of a
+# CGI-style handler: rl_check_all_policies, then prints "Status: 200 OK" or
+# "Status: 429 Too Many Requests" and rl_headers, each line ending in CR LF (nothing
+# when it returns 2); returns like rl_check.
 # rl_refund RULE KEY [UNITS]: gives UNITS (default 1) back (REFUND; never beyond the
 # capacity or limit); the RL_* variables are the state after it; returns like rl_check.
 # The first time the daemon cannot be reached, one line on stderr names RL_SOCKET.
@@ -209,7 +218,7 @@ rl__fallback_line() {
 # rl_parse LINE [RULE]: sets the RL_* variables; returns like rl_check.
 rl_parse() {
   local line=$1 f
-  RL_RULE=${2:-}
+  RL_RULE=${2:-} RL_POLICY=
   read -r -a f <<<"$line"
   case ${f[0]:-} in
     ALLOW | DENY)
@@ -251,7 +260,8 @@ rl_check() {
 }
 
 # Prints the HTTP headers for the last result (IETF draft-ietf-httpapi-ratelimit-headers):
-#   RateLimit-Policy: "<rule>";q=<limit>;w=<ceil(window_ms/1000)>   (no w when unknown)
+#   RateLimit-Policy: "<rule>";q=<limit>;w=<ceil(window_ms/1000)>   (no w when unknown;
+#                     RL_POLICY instead when rl_check_all_policies set it)
 #   RateLimit: "<rule>";r=<remaining>;t=<ceil(reset_ms/1000)>
 #   Retry-After: max(1, ceil(wait_ms/1000))                          (denied only)
 # and with RL_LEGACY_HEADERS=1 X-RateLimit-Limit/-Remaining/-Reset. Nothing when the
@@ -264,7 +274,7 @@ rl_headers() {
   esac
   local reset=$(((RL_RESET_MS + 999) / 1000)) retry=$(((RL_WAIT_MS + 999) / 1000)) w=
   [ "${RL_WINDOW_MS:-0}" -gt 0 ] && w=";w=$(((RL_WINDOW_MS + 999) / 1000))"
-  echo "RateLimit-Policy: \"$RL_RULE\";q=$RL_LIMIT$w"
+  echo "RateLimit-Policy: ${RL_POLICY:-\"$RL_RULE\";q=$RL_LIMIT$w}"
   echo "RateLimit: \"$RL_RULE\";r=$RL_REMAINING;t=$reset"
   if [ "$RL_VERDICT" = DENY ]; then echo "Retry-After: $((retry < 1 ? 1 : retry))"; fi
   if [ "$RL_LEGACY_HEADERS" = 1 ]; then
@@ -312,4 +322,67 @@ rl_refund() {
   rc=$?
   [ -n "$RL_ERROR" ] || RL_ERROR=$err
   return $rc
+}
+
+# rl__policy_item: "<RL_RULE>";q=<RL_LIMIT>;w=<window s> for the last result.
+rl__policy_item() {
+  local w=
+  [ "${RL_WINDOW_MS:-0}" -gt 0 ] && w=";w=$(((RL_WINDOW_MS + 999) / 1000))"
+  printf '"%s";q=%s%s' "$RL_RULE" "$RL_LIMIT" "$w"
+}
+
+rl_check_all_policies() {
+  local line=CHECKALL payload c rule key cost first= rc err f i seen=" " names=() keys=() items=() replies
+  if [ $# -lt 1 ] || [ $# -gt 8 ]; then
+    RL_ERROR="CHECKALL takes 1 to 8 checks, got $#" RL_VERDICT= RL_SOURCE= RL_POLICY=
+    return 2
+  fi
+  for c in "$@"; do
+    read -r rule key cost <<<"$c"
+    first=${first:-$rule}
+    key=$(rl_encode_key "$key")
+    line+=" $rule $key ${cost:-1}"
+    case $seen in *" $rule "*) ;; *) seen+="$rule " names+=("$rule") keys+=("$key") ;; esac
+  done
+  [ "${#names[@]}" -gt 1 ] || names=()
+  payload="$line"$'\n'
+  for i in "${!names[@]}"; do payload+="CHECK ${names[i]} ${keys[i]} 0"$'\n'; done
+  rl__round_trip "$payload" $((1 + ${#names[@]}))
+  err=$RL_ERROR
+  replies=("${RL_REPLIES[@]}")
+  # Each rule's state first (rl_parse sets RL_*), the binding result last.
+  for i in "${!names[@]}"; do
+    items[i]=
+    rl_parse "${replies[i + 1]}" "${names[i]}"
+    [ $? = 2 ] || [[ $RL_SOURCE == client_* ]] || items[i]=$(rl__policy_item)
+  done
+  RL_ERROR=
+  rl_parse "${replies[0]}" "$first"
+  rc=$?
+  [ -n "$RL_ERROR" ] || RL_ERROR=$err
+  [ "$rc" != 2 ] || return 2
+  read -r -a f <<<"${replies[0]}"
+  [[ $RL_SOURCE == client_* ]] && return $rc
+  [ -z "${f[7]:-}" ] || RL_RULE=${f[7]} # the binding rule, after window_ms
+  case $seen in
+    *" $RL_RULE "*) ;;
+    *) names=("$RL_RULE" "${names[@]}") items=("" "${items[@]}") ;; # a composite rule's member
+  esac
+  [ "${#names[@]}" -gt 0 ] || names=("$RL_RULE")
+  local out=
+  for i in "${!names[@]}"; do
+    if [ "${names[i]}" = "$RL_RULE" ]; then c=$(rl__policy_item); else c=${items[i]:-}; fi
+    [ -z "$c" ] || out+="${out:+, }$c"
+  done
+  RL_POLICY=$out
+  return $rc
+}
+
+rl_limit_all() {
+  rl_check_all_policies "$@"
+  local rc=$?
+  [ "$rc" != 2 ] || return 2
+  if [ "$rc" = 0 ]; then printf 'Status: 200 OK\r\n'; else printf 'Status: 429 Too Many Requests\r\n'; fi
+  rl_headers | sed 's/$/\r/'
+  return "$rc"
 }

@@ -160,10 +160,32 @@ T="an unreachable daemon: one warning on stderr naming RL_SOCKET, then fail open
   rm -f "$errs"
 ) && ok || fail "step $?"
 
+T="rl_limit_all: a denied request takes nothing from the other rule; every policy listed"
+new_daemon; RL_TIMEOUT=5
+(
+  rl_check api sh:mw:a 3 || exit 1 # "a" has 2 left, "b" 5
+  for want in 200 200 429 429 429; do
+    out=$(rl_limit_all "api sh:mw:a" "fast sh:mw:a" "api sh:mw:b" | tr -d '\r')
+    rc=$?
+    grep -qx "Status: $want.*" <<<"$out" || exit 2
+    grep -qxE 'RateLimit-Policy: "api";q=5;w=5000, "fast";q=1000000;w=[0-9]+' <<<"$out" || exit 3
+    grep -qxE 'RateLimit: "api";r=[0-9]+;t=[0-9]+' <<<"$out" || exit 4
+    if [ "$want" = 429 ]; then grep -qxE 'Retry-After: [1-9][0-9]*' <<<"$out" || exit 5; fi
+    if [ "$want" = 200 ]; then ! grep -q Retry-After <<<"$out" || exit 6; fi
+  done
+  # Two allowed requests took 2 of b's 5; the three denied ones took nothing.
+  rl_check api sh:mw:b 0 && [ "$RL_REMAINING" = 3 ] || exit 7
+  rl_check_all_policies "api sh:mw:c" "fast sh:mw:c" && [ "$RL_RULE $RL_REMAINING" = "api 4" ] || exit 8
+  rl_headers | grep -qxE 'RateLimit-Policy: "api";q=5;w=5000, "fast";q=1000000;w=[0-9]+' || exit 9
+  rl_check api sh:mw:c 0 && rl_headers | grep -qx 'RateLimit-Policy: "api";q=5;w=5000' || exit 10
+  rl_close
+) && ok || fail "step $?"
+
 . "$here/conformance.sh"
 conformance_all
 . "$here/conformance_several.sh"
 conformance_several_all
+conformance_headers_all
 
 echo "shell: $passed passed, $failed failed"
 [ "$failed" = 0 ]
