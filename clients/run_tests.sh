@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every client's tests (Python, Node.js, Go, PHP, Java, shell) against a real daemon:
-#   bash clients/run_tests.sh
+#   bash clients/run_tests.sh                 every language
+#   bash clients/run_tests.sh go php          only these (python node go php java shell)
 # Builds the daemon (cargo build, unless RATELIMITD_BIN points to one), then each
 # language's suite starts its own daemons through clients/testdaemon.sh in one temp
 # root; every daemon left there is killed by pid at the end. Needs python3, node, Go >= 1.21,
@@ -8,6 +9,21 @@
 # (tests/run.sh installs the missing ones). Prints
 # "clients: N passed, M failed" last; exit status 1 if anything failed or is missing.
 set -uo pipefail
+
+langs=("$@")
+for l in "${langs[@]}"; do
+  case $l in
+    python | node | go | php | java | shell) ;;
+    *) echo "clients/run_tests.sh: unknown language '$l' (python node go php java shell)" >&2; exit 2 ;;
+  esac
+done
+# selected LANG: true when LANG's suite is to run (all of them without arguments).
+selected() {
+  [ "${#langs[@]}" = 0 ] && return 0
+  local l
+  for l in "${langs[@]}"; do [ "$l" = "$1" ] && return 0; done
+  return 1
+}
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cd "$here/.."
@@ -47,7 +63,7 @@ need() { # language tool
   return 1
 }
 
-if need python python3; then
+if selected python && need python python3; then
   # pip install into a fresh venv (test extras from PyPI, pip's cache), then unittest.
   out=$(timeout 600 bash clients/python/tests/run.sh 2>&1)
   rc=$?
@@ -58,7 +74,7 @@ if need python python3; then
   record python $((${ran:-0} - bad < 0 ? 0 : ${ran:-0} - bad)) "$bad"
 fi
 
-if need node node; then
+if selected node && need node node; then
   # npm pack, npm install of the tarball into a scratch project, node --test (TAP).
   out=$(timeout 600 bash clients/node/test/run.sh 2>&1)
   rc=$?
@@ -70,7 +86,9 @@ fi
 
 # Go >= 1.21 (the module's go.mod says so): $GO, `go` on PATH or Debian's
 # /usr/lib/go-1.NN/bin/go (tests/run.sh installs golang-1.22-go from bookworm-backports).
-if go=$(bash "$here/go/find_go.sh"); then
+if ! selected go; then
+  :
+elif go=$(bash "$here/go/find_go.sh"); then
   echo "clients/run_tests.sh: Go client with $("$go" version) ($go)"
   export GOTOOLCHAIN=local # never download a toolchain
   # The module (go vet, then its tests: every conformance case as a subtest), then
@@ -92,7 +110,7 @@ else
   record go 0 1
 fi
 
-if need php php; then
+if selected php && need php php; then
   # composer install of the example app (the package as a path repository), then every
   # test against that installed copy; see clients/php/tests/run.php.
   out=$(cd clients/php && timeout 300 php tests/run.php 2>&1)
@@ -103,7 +121,7 @@ if need php php; then
   record php "${p:-0}" "${f:-0}"
 fi
 
-if need java javac; then
+if selected java && need java javac; then
   # mvn install with pom.xml, offline against Debian's Maven repository (surefire's
   # report and summary go to the log), or where Maven is missing javac against Debian's
   # jars and JUnit's console launcher; see clients/java/test.sh.
@@ -122,7 +140,7 @@ if need java javac; then
   record java "${p:-0}" "${f:-0}"
 fi
 
-if need shell socat; then
+if selected shell && need shell socat; then
   out=$(timeout 300 bash clients/shell/test.sh 2>&1)
   rc=$?
   printf '%s\n' "$out"

@@ -139,10 +139,33 @@ def _sf_string(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _policy(r: Result, name: str) -> str:
+    p = f"{_sf_string(name)};q={r.limit}"
+    return p + f";w={ceil_s(r.window_ms)}" if r.window_ms else p
+
+
+def policy_list(binding: Result, results: Sequence[Result]) -> str:
+    """The ``RateLimit-Policy`` value: every distinct rule of ``results`` once, in
+    order, joined by ``", "``; the binding rule's ``"<rule>";q=<limit>;w=<window_s>``
+    from ``binding``, another's from its first daemon-decided result (a rule with
+    none is left out). A binding rule not among them (a composite rule's member)
+    comes first."""
+    names: List[str] = []
+    first: Dict[str, Result] = {binding.rule: binding}
+    for r in results:
+        if r.rule not in names:
+            names.append(r.rule)
+        if not r.from_client:
+            first.setdefault(r.rule, r)
+    if binding.rule not in names:
+        names.insert(0, binding.rule)
+    return ", ".join(_policy(first[n], n) for n in names if n in first)
+
+
 def response_headers(results: Sequence[Result], legacy: bool = False) -> Dict[str, str]:
-    """HTTP headers for one request's results, from the most restrictive one:
-    ``RateLimit-Policy: "<rule>";q=<limit>;w=<window_s>`` and
-    ``RateLimit: "<rule>";r=<remaining>;t=<reset_s>`` (IETF
+    """HTTP headers for one request's results: ``RateLimit-Policy`` listing every
+    rule (``"<rule>";q=<limit>;w=<window_s>``, see ``policy_list``), and from the
+    most restrictive result ``RateLimit: "<rule>";r=<remaining>;t=<reset_s>`` (IETF
     draft-ietf-httpapi-ratelimit-headers), ``Retry-After`` (seconds) when denied, and
     with ``legacy`` the ``X-RateLimit-Limit/-Remaining/-Reset`` trio. None when the
     client failed open; only ``Retry-After: 1`` when it failed closed."""
@@ -152,11 +175,8 @@ def response_headers(results: Sequence[Result], legacy: bool = False) -> Dict[st
     if r.from_client:
         return {} if r.allowed else {"Retry-After": "1"}
     name = _sf_string(r.rule)
-    policy = f"{name};q={r.limit}"
-    if r.window_ms:
-        policy += f";w={ceil_s(r.window_ms)}"
     reset_s = ceil_s(r.reset_ms)
-    h = {"RateLimit-Policy": policy, "RateLimit": f"{name};r={r.remaining};t={reset_s}"}
+    h = {"RateLimit-Policy": policy_list(r, results), "RateLimit": f"{name};r={r.remaining};t={reset_s}"}
     if not r.allowed:
         h["Retry-After"] = str(max(1, ceil_s(r.wait_ms)))
     if legacy:

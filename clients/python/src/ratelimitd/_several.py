@@ -17,12 +17,11 @@ from ._result import (
     ReplyError,
     RequestError,
     Result,
-    _sf_string,
-    ceil_s,
     encode_key,
     fallback,
     normalize,
     parse_reply,
+    policy_list,
     request_line,
     response_headers,
 )
@@ -96,29 +95,13 @@ def read_policies(lines: Sequence[str], asks: Items, fail_open: bool,
     return out, lost
 
 
-def _policy(r: Result, name: str) -> str:
-    p = f"{_sf_string(name)};q={r.limit}"
-    return p + f";w={ceil_s(r.window_ms)}" if r.window_ms else p
-
-
 def all_or_nothing_headers(binding: Result, policies: Sequence[Result], legacy: bool = False) -> Dict[str, str]:
     """The headers of a request decided by ``check_all_policies``: ``RateLimit``,
     ``Retry-After`` (denied) and the legacy trio from the binding result;
     ``RateLimit-Policy`` lists every distinct rule once, in the order of the checks
-    (the binding one from its own reply, the others from their cost-0 replies; one
-    without a reply is left out). Client fail-open: none; fail-closed: only
+    (see ``policy_list``). Client fail-open: none; fail-closed: only
     ``Retry-After: 1``."""
     h = response_headers([binding], legacy)
-    if binding.from_client:
-        return h
-    names = [p.rule for p in policies] or [binding.rule]
-    if binding.rule not in names:
-        names.insert(0, binding.rule)  # a composite rule's member
-    by_rule = {p.rule: p for p in policies if not p.from_client}
-    parts = []
-    for name in names:
-        r = binding if name == binding.rule else by_rule.get(name)
-        if r is not None:
-            parts.append(_policy(r, name))
-    h["RateLimit-Policy"] = ", ".join(parts)
+    if not binding.from_client:
+        h["RateLimit-Policy"] = policy_list(binding, policies)
     return h
