@@ -1,5 +1,6 @@
-// Headers of a request decided all or nothing (one CHECKALL): RateLimit names the
-// binding rule, RateLimit-Policy lists every rule the request answered to.
+// Headers of a request checked against several rules, pipelined (CheckMany) or all or
+// nothing (one CHECKALL): RateLimit names the binding or most restrictive rule,
+// RateLimit-Policy lists every rule the request answered to.
 
 package ratelimitd
 
@@ -17,35 +18,56 @@ import (
 func WithAllOrNothing() MiddlewareOption { return func(m *middleware) { m.allOrNothing = true } }
 
 // AllOrNothingHeaders returns the headers of a request decided by CheckAllPolicies:
-// those of binding (see Headers), with RateLimit-Policy listing every distinct rule once
-// in the order of the checks, joined by ", ": the binding rule's from binding, another's
-// from its cost-0 result (left out when the client decided it). A binding rule that is
-// none of the checks' rules (a composite rule's member) comes first.
+// those of binding (see Headers), with RateLimit-Policy listing every rule (see
+// ResponseHeaders) from binding and the cost-0 results.
 func AllOrNothingHeaders(binding Result, policies []Result, legacy bool) map[string]string {
 	h := binding.Headers(legacy)
-	if binding.FromClient() {
-		return h
+	if !binding.FromClient() {
+		h["RateLimit-Policy"] = policyList(binding, policies)
 	}
+	return h
+}
+
+// ResponseHeaders returns the headers of a request checked against rs (CheckMany):
+// RateLimit, Retry-After and the legacy trio from MostRestrictive(rs) (see Headers), and
+// RateLimit-Policy listing every distinct rule of rs once, in order, joined by ", ": the
+// most restrictive result's rule from it, another's from its first daemon-decided result
+// (a rule with none is left out).
+func ResponseHeaders(rs []Result, legacy bool) map[string]string {
+	if len(rs) == 0 {
+		return map[string]string{}
+	}
+	r := MostRestrictive(rs)
+	h := r.Headers(legacy)
+	if !r.FromClient() {
+		h["RateLimit-Policy"] = policyList(r, rs)
+	}
+	return h
+}
+
+// policyList is the RateLimit-Policy value for binding among results. A binding rule that
+// is none of theirs (a composite rule's member) comes first.
+func policyList(binding Result, results []Result) string {
 	names := []string{}
-	byRule := map[string]Result{}
-	for _, p := range policies {
-		names = append(names, p.Rule)
-		if !p.FromClient() {
-			byRule[p.Rule] = p
+	first := map[string]Result{binding.Rule: binding}
+	for _, r := range results {
+		if !contains(names, r.Rule) {
+			names = append(names, r.Rule)
+		}
+		if _, ok := first[r.Rule]; !ok && !r.FromClient() {
+			first[r.Rule] = r
 		}
 	}
 	if !contains(names, binding.Rule) {
 		names = append([]string{binding.Rule}, names...)
 	}
-	byRule[binding.Rule] = binding
 	var parts []string
 	for _, n := range names {
-		if r, ok := byRule[n]; ok {
+		if r, ok := first[n]; ok {
 			parts = append(parts, policyItem(n, r))
 		}
 	}
-	h["RateLimit-Policy"] = strings.Join(parts, ", ")
-	return h
+	return strings.Join(parts, ", ")
 }
 
 func policyItem(name string, r Result) string {
@@ -75,6 +97,5 @@ func (m *middleware) decide(req *http.Request, wanted []Check) (Result, map[stri
 	if err != nil {
 		return Result{}, nil, err
 	}
-	r := MostRestrictive(rs)
-	return r, r.Headers(m.legacy), nil
+	return MostRestrictive(rs), ResponseHeaders(rs, m.legacy), nil
 }
