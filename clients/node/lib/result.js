@@ -160,8 +160,28 @@ const ceilS = (ms) => Math.ceil(ms / 1000);
 const sfString = (s) => `"${String(s).replace(/\\/g, '\\\\').replace(/"/g, '\\"')}"`;
 
 /**
- * HTTP headers for one request's results, from the most restrictive one:
- * `RateLimit-Policy: "<rule>";q=<limit>;w=<window_s>` and
+ * The RateLimit-Policy value: every distinct rule of `results` once, in order, joined by
+ * ', '; the binding rule's `"<rule>";q=<limit>;w=<window_s>` from `binding`, another's from
+ * its first daemon-decided result (a rule with none is left out). A binding rule not among
+ * them (a composite rule's member) comes first.
+ */
+function policyList(binding, results) {
+  const names = [];
+  const first = new Map([[binding.rule, binding]]);
+  for (const r of results) {
+    if (!names.includes(r.rule)) names.push(r.rule);
+    if (!r.fromClient && !first.has(r.rule)) first.set(r.rule, r);
+  }
+  if (!names.includes(binding.rule)) names.unshift(binding.rule);
+  return names.filter((n) => first.has(n)).map((n) => {
+    const r = first.get(n);
+    return `${sfString(n)};q=${r.limit}${r.windowMs ? `;w=${ceilS(r.windowMs)}` : ''}`;
+  }).join(', ');
+}
+
+/**
+ * HTTP headers for one request's results: `RateLimit-Policy` listing every rule
+ * (`"<rule>";q=<limit>;w=<window_s>`, see policyList), and from the most restrictive result
  * `RateLimit: "<rule>";r=<remaining>;t=<reset_s>` (IETF draft-ietf-httpapi-ratelimit-headers),
  * `Retry-After` (seconds) when denied, and with `legacyHeaders` the X-RateLimit-* trio.
  * None when the client failed open; only `Retry-After: 1` when it failed closed.
@@ -173,7 +193,7 @@ function responseHeaders(results, { legacyHeaders = false } = {}) {
   const name = sfString(r.rule);
   const resetS = ceilS(r.resetMs);
   const h = {
-    'RateLimit-Policy': `${name};q=${r.limit}${r.windowMs ? `;w=${ceilS(r.windowMs)}` : ''}`,
+    'RateLimit-Policy': policyList(r, results),
     'RateLimit': `${name};r=${r.remaining};t=${resetS}`,
   };
   if (!r.allowed) h['Retry-After'] = String(Math.max(1, ceilS(r.waitMs)));
@@ -198,5 +218,5 @@ module.exports = {
   mostRestrictive,
   statusFor,
   responseHeaders,
-  sfString,
+  policyList,
 };

@@ -8,7 +8,7 @@
  */
 
 const { Client, Batch } = require('./client');
-const { RequestError, encodeKey, requestLine, responseHeaders, sfString } = require('./result');
+const { RequestError, encodeKey, requestLine, responseHeaders, policyList } = require('./result');
 
 /** Most triples one checkAll may carry. */
 const MAX_TRIPLES = 8;
@@ -65,26 +65,14 @@ Client.prototype.refund = function refund(rule, key, units) {
   });
 };
 
-const ceilS = (ms) => Math.ceil(ms / 1000);
-
 /**
  * The headers of a request decided by checkAllPolicies: those of `binding` (see
- * responseHeaders), with RateLimit-Policy listing every distinct rule once in the order
- * of the checks, joined by ', ': the binding rule's from `binding`, another's from its
- * cost-0 result (left out when the client decided it). A binding rule that is none of
- * the checks' rules (a composite rule's member) comes first.
+ * responseHeaders), with RateLimit-Policy listing every rule from `binding` and the
+ * cost-0 results (see policyList in lib/result.js).
  */
 function allOrNothingHeaders(binding, policies, opts = {}) {
   const h = responseHeaders([binding], opts);
-  if (binding.fromClient) return h;
-  const names = policies.map((p) => p.rule);
-  if (!names.includes(binding.rule)) names.unshift(binding.rule);
-  const byRule = new Map(policies.filter((p) => !p.fromClient).map((p) => [p.rule, p]));
-  byRule.set(binding.rule, binding);
-  h['RateLimit-Policy'] = names.filter((n) => byRule.has(n)).map((n) => {
-    const r = byRule.get(n);
-    return `${sfString(n)};q=${r.limit}${r.windowMs ? `;w=${ceilS(r.windowMs)}` : ''}`;
-  }).join(', ');
+  if (!binding.fromClient) h['RateLimit-Policy'] = policyList(binding, policies);
   return h;
 }
 
