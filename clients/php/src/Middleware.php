@@ -58,8 +58,9 @@ final class Middleware implements MiddlewareInterface
             [$r, $policies] = $this->client->checkAllPolicies($checks);
             $headers = Result::allOrNothingHeaders($r, $policies, $this->legacyHeaders);
         } else {
-            $r = Result::mostRestrictive($this->client->checkMany($checks));
-            $headers = $r->headers($this->legacyHeaders);
+            $results = $this->client->checkMany($checks);
+            $r = Result::mostRestrictive($results);
+            $headers = Result::responseHeaders($results, $this->legacyHeaders);
         }
         if ($r->allowed) {
             $response = $handler->handle($request->withAttribute(self::RESULT_ATTRIBUTE, $r));

@@ -64,10 +64,8 @@ final class Result
 
     /**
      * The headers of a request decided by checkAllPolicies(): those of $binding (see
-     * headers()), with RateLimit-Policy listing every distinct rule once in the order of the
-     * checks, joined by ", ": the binding rule's from $binding, another's from its cost-0
-     * result (left out when the client decided it). A binding rule that is none of the
-     * checks' rules (a composite rule's member) comes first.
+     * headers()), with RateLimit-Policy listing every rule (see policyList()) from $binding
+     * and the cost-0 results.
      *
      * @param list<Result> $policies
      * @return array<string, string>
@@ -75,28 +73,60 @@ final class Result
     public static function allOrNothingHeaders(self $binding, array $policies, bool $legacy = false): array
     {
         $h = $binding->headers($legacy);
-        if ($binding->fromClient()) {
-            return $h;
+        if (!$binding->fromClient()) {
+            $h['RateLimit-Policy'] = self::policyList($binding, $policies);
         }
-        $names = array_map(fn (self $p) => $p->rule, $policies);
+        return $h;
+    }
+
+    /**
+     * The headers of a request checked against several rules (checkMany()): those of the
+     * most restrictive result (see headers()), with RateLimit-Policy listing every rule (see
+     * policyList()).
+     *
+     * @param non-empty-list<Result> $results
+     * @return array<string, string>
+     */
+    public static function responseHeaders(array $results, bool $legacy = false): array
+    {
+        $r = self::mostRestrictive($results);
+        $h = $r->headers($legacy);
+        if (!$r->fromClient()) {
+            $h['RateLimit-Policy'] = self::policyList($r, $results);
+        }
+        return $h;
+    }
+
+    /**
+     * The RateLimit-Policy value: every distinct rule of $results once, in order, joined by
+     * ", "; the binding rule's from $binding, another's from its first daemon-decided result
+     * (a rule with none is left out). A binding rule not among them (a composite rule's
+     * member) comes first.
+     *
+     * @param list<Result> $results
+     */
+    public static function policyList(self $binding, array $results): string
+    {
+        $names = [];
+        $first = [$binding->rule => $binding];
+        foreach ($results as $r) {
+            if (!in_array($r->rule, $names, true)) {
+                $names[] = $r->rule;
+            }
+            if (!$r->fromClient() && !isset($first[$r->rule])) {
+                $first[$r->rule] = $r;
+            }
+        }
         if (!in_array($binding->rule, $names, true)) {
             array_unshift($names, $binding->rule);
         }
-        $byRule = [];
-        foreach ($policies as $p) {
-            if (!$p->fromClient()) {
-                $byRule[$p->rule] = $p;
-            }
-        }
-        $byRule[$binding->rule] = $binding;
         $parts = [];
         foreach ($names as $n) {
-            if (isset($byRule[$n])) {
-                $parts[] = $byRule[$n]->policy();
+            if (isset($first[$n])) {
+                $parts[] = $first[$n]->policy();
             }
         }
-        $h['RateLimit-Policy'] = implode(', ', $parts);
-        return $h;
+        return implode(', ', $parts);
     }
 
     /** "<rule>";q=<limit>;w=<window s> (w omitted without a window). */
