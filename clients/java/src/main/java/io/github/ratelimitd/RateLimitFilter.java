@@ -130,8 +130,9 @@ public class RateLimitFilter implements Filter {
       r = d.binding();
       headers = d.headers(legacyHeaders);
     } else {
-      r = RateLimitHeaders.mostRestrictive(client.checkMany(wanted));
-      headers = RateLimitHeaders.of(r, legacyHeaders);
+      List<Result> results = client.checkMany(wanted);
+      r = RateLimitHeaders.mostRestrictive(results);
+      headers = RateLimitHeaders.of(results, legacyHeaders);
     }
     req.setAttribute(RESULT_ATTRIBUTE, r);
     for (Map.Entry<String, String> h : headers.entrySet()) {

@@ -45,38 +45,61 @@ public final class RateLimitHeaders {
 
   /**
    * The headers of a request decided all or nothing ({@link RateLimitClient#checkAllPolicies}):
-   * those of {@code binding} (see {@link #of}), with {@code RateLimit-Policy} listing every
-   * distinct rule once in the order of the checks, joined by ", ": the binding rule's from
-   * {@code binding}, another's from its cost-0 result (left out when the client decided it). A
-   * binding rule that is none of the checks' rules (a composite rule's member) comes first.
+   * those of {@code binding} (see {@link #of}), with {@code RateLimit-Policy} listing every rule
+   * (see {@link #policyList}) from {@code binding} and the cost-0 results.
    */
   public static Map<String, String> allOrNothing(
       Result binding, List<Result> policies, boolean legacy) {
     Map<String, String> h = of(binding, legacy);
-    if (binding.fromClient()) {
-      return h;
+    if (!binding.fromClient()) {
+      h.put("RateLimit-Policy", policyList(binding, policies));
     }
+    return h;
+  }
+
+  /**
+   * The headers of a request checked against several rules ({@link RateLimitClient#checkMany}):
+   * those of the {@link #mostRestrictive} result (see {@link #of}), with {@code
+   * RateLimit-Policy} listing every rule (see {@link #policyList}).
+   */
+  public static Map<String, String> of(List<Result> results, boolean legacy) {
+    Result r = mostRestrictive(results);
+    Map<String, String> h = of(r, legacy);
+    if (!r.fromClient()) {
+      h.put("RateLimit-Policy", policyList(r, results));
+    }
+    return h;
+  }
+
+  /**
+   * The {@code RateLimit-Policy} value: every distinct rule of {@code results} once, in order,
+   * joined by ", "; the binding rule's from {@code binding}, another's from its first
+   * daemon-decided result (a rule with none is left out). A binding rule not among them (a
+   * composite rule's member) comes first.
+   */
+  public static String policyList(Result binding, List<Result> results) {
     List<String> names = new ArrayList<>();
-    Map<String, Result> byRule = new HashMap<>();
-    for (Result p : policies) {
-      names.add(p.rule());
-      if (!p.fromClient()) {
-        byRule.put(p.rule(), p);
+    Map<String, Result> first = new HashMap<>();
+    first.put(binding.rule(), binding);
+    for (Result r : results) {
+      if (!names.contains(r.rule())) {
+        names.add(r.rule());
+      }
+      if (!r.fromClient()) {
+        first.putIfAbsent(r.rule(), r);
       }
     }
     if (!names.contains(binding.rule())) {
       names.add(0, binding.rule());
     }
-    byRule.put(binding.rule(), binding);
     StringJoiner parts = new StringJoiner(", ");
     for (String n : names) {
-      Result r = byRule.get(n);
+      Result r = first.get(n);
       if (r != null) {
         parts.add(policy(r));
       }
     }
-    h.put("RateLimit-Policy", parts.toString());
-    return h;
+    return parts.toString();
   }
 
   /** {@code "<rule>";q=<limit>;w=<window s>} ({@code w} omitted without a window). */
