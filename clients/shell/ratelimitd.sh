@@ -30,7 +30,9 @@
 # restrictive result (any DENY before any ALLOW; the daemon's answer before the
 # client's own; the longest wait among DENYs, the fewest remaining among ALLOWs; then
 # the lowest remaining/limit; then the first) and returns like rl_check (2 if any
-# check was rejected). rl_parse LINE [RULE] sets the RL_* variables from one reply.
+# check was rejected); RL_POLICY lists every rule (each from its first answered
+# check, the most restrictive one's from its own), which rl_headers prints.
+# rl_parse LINE [RULE] sets the RL_* variables from one reply.
 # rl_check_all "RULE KEY [COST]"... (1 to 8; KEY without spaces, percent-encoded by
 # the client as for rl_check): one CHECKALL,
 # all or nothing: allowed only if every check is, and then each is taken; on a DENY
@@ -121,6 +123,7 @@ rl__exchange() {
 
 rl_check_many() {
   local payload= c rule key cost rules=() norm=() i best=-1 rc=0 bug=0 err
+  local -A item=()
   for c in "$@"; do
     read -r rule key cost <<<"$c"
     rules+=("$rule")
@@ -132,6 +135,8 @@ rl_check_many() {
     rl_parse "${RL_REPLIES[i]}" "${rules[i]}"
     if [ $? = 2 ]; then bug=1 norm+=(""); continue; fi
     norm+=("$RL_VERDICT $RL_LIMIT $RL_REMAINING $RL_RESET_MS $RL_WAIT_MS $RL_SOURCE")
+    # Each rule's policy from its first daemon-decided result.
+    [[ $RL_SOURCE == client_* ]] || [ -n "${item[$RL_RULE]+x}" ] || item[$RL_RULE]=$(rl__policy_item)
     if [ "$best" -lt 0 ] || rl__more_restrictive "${norm[i]}" "${norm[best]}"; then best=$i; fi
   done
   if [ "$best" -ge 0 ]; then
@@ -139,6 +144,17 @@ rl_check_many() {
     rl_parse "${RL_REPLIES[best]}" "${rules[best]}"
     rc=$?
     [[ $RL_SOURCE != client_* ]] || [ -n "$RL_ERROR" ] || RL_ERROR=$err
+    # RateLimit-Policy lists every rule, the most restrictive one's from its own reply.
+    if [[ $RL_SOURCE != client_* ]]; then
+      item[$RL_RULE]=$(rl__policy_item)
+      local seen=" " out=
+      for rule in "${rules[@]}"; do
+        case $seen in *" $rule "*) continue ;; esac
+        seen+="$rule "
+        [ -z "${item[$rule]:-}" ] || out+="${out:+, }${item[$rule]}"
+      done
+      RL_POLICY=$out
+    fi
   fi
   [ "$bug" = 1 ] && return 2
   return "$rc"
