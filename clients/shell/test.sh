@@ -166,7 +166,6 @@ new_daemon; RL_TIMEOUT=5
   rl_check api sh:mw:a 3 || exit 1 # "a" has 2 left, "b" 5
   for want in 200 200 429 429 429; do
     out=$(rl_limit_all "api sh:mw:a" "fast sh:mw:a" "api sh:mw:b" | tr -d '\r')
-    rc=$?
     grep -qx "Status: $want.*" <<<"$out" || exit 2
     grep -qxE 'RateLimit-Policy: "api";q=5;w=5000, "fast";q=1000000;w=[0-9]+' <<<"$out" || exit 3
     grep -qxE 'RateLimit: "api";r=[0-9]+;t=[0-9]+' <<<"$out" || exit 4
