@@ -82,40 +82,18 @@ async fn serve(
     warn_about_small_shares(&config);
     raise_nofile(&config);
     systemd::notify_status("starting: connecting to Redis");
-    let (redis, circuit) = start_redis(&config).await?;
-    let store = redis.clone();
-    let limiter = Arc::new(Limiter::new(&config, redis));
+    let (store, circuit) = start_redis(&config).await?;
+    let limiter = Arc::new(Limiter::new(&config, store.clone()));
     let envoy_auto = envoy_limits.as_ref().is_some_and(|l| l.any_fallback_auto());
-    let heartbeat = start_heartbeat(&config, envoy_auto, store.as_ref(), &circuit, &limiter).await;
-    let sampler = config.http.listen.map(|_| {
-        let limiter = Arc::clone(&limiter);
-        tokio::spawn(metrics::sample_sizes(move || limiter.sizes()))
-    });
-    if let Some((listener, handle)) = http {
-        let lab = config.http.lab.then(|| crate::http::lab::Lab::new(&config));
-        let state = crate::http::State::new(
-            &config.http,
-            handle,
-            Arc::clone(&limiter),
-            store.clone(),
-            lab,
-        );
-        tokio::spawn(crate::http::serve(
-            listener,
-            Arc::new(state),
-            config.http.max_connections,
-        ));
-    }
+    let mut tasks = Background {
+        heartbeat: start_heartbeat(&config, envoy_auto, store.as_ref(), &circuit, &limiter).await,
+        sampler: start_http(&config, http, &limiter, &store),
+        supervisor: None,
+        envoy: None,
+    };
     let (listener, socket) = Socket::open(&config, activated)?;
-    let status = Arc::new(systemd::Status::new(
-        config.redis.mode,
-        socket.served.as_deref(),
-        socket.activated,
-        config.rules.len(),
-        circuit,
-    ));
-    systemd::notify_ready(&status.line());
-    let supervisor = systemd::notify_enabled().then(|| {
+    let status = announce_ready(&config, &socket, circuit);
+    tasks.supervisor = systemd::notify_enabled().then(|| {
         tokio::spawn(systemd::supervise(
             Arc::clone(&status),
             systemd::watchdog_interval(),
@@ -140,23 +118,84 @@ async fn serve(
     )
     .await;
     signals.abort();
-    if let Some((_, server)) = envoy {
-        // Its calls in flight finish (bounded by redis.timeout_ms), then it removes its
-        // socket file.
-        let _ = tokio::time::timeout(SHUTDOWN_GRACE, server).await;
-    }
-    if let Some(supervisor) = supervisor {
-        supervisor.abort();
-    }
-    if let Some(sampler) = sampler {
-        sampler.abort();
-    }
-    if let Some(heartbeat) = heartbeat {
-        heartbeat.abort();
-    }
+    tasks.envoy = envoy.map(|(_, server)| server);
+    tasks.stop().await;
     socket.remove();
     tracing::info!("ratelimitd stopped");
     Ok(())
+}
+
+/// The tasks that run beside the server until shutdown, each optional.
+struct Background {
+    /// Keeps this daemon's share of the fleet known ([`start_heartbeat`]).
+    heartbeat: Option<tokio::task::JoinHandle<()>>,
+    /// Samples the limiter's sizes for the metrics (with `[http] listen`).
+    sampler: Option<tokio::task::JoinHandle<()>>,
+    /// Tells systemd's watchdog the daemon is alive.
+    supervisor: Option<tokio::task::JoinHandle<()>>,
+    /// The Envoy front end's server (with `[envoy] listen`), stopping since shutdown.
+    envoy: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Background {
+    /// Waits up to [`SHUTDOWN_GRACE`] for the Envoy front end (its calls in flight finish,
+    /// bounded by `redis.timeout_ms`, then it removes its socket file), and stops every
+    /// other task.
+    async fn stop(self) {
+        if let Some(server) = self.envoy {
+            let _ = tokio::time::timeout(SHUTDOWN_GRACE, server).await;
+        }
+        for task in [self.supervisor, self.sampler, self.heartbeat]
+            .into_iter()
+            .flatten()
+        {
+            task.abort();
+        }
+    }
+}
+
+/// With `[http] listen` (`http` bound by [`start_metrics`]): serves the endpoint (and the
+/// rule lab when `[http] lab`), and returns the task that samples the limiter's sizes.
+fn start_http(
+    config: &Config,
+    http: Option<(tokio::net::TcpListener, metrics::PrometheusHandle)>,
+    limiter: &Arc<Limiter>,
+    store: &Option<Arc<RedisStore>>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let sampler = config.http.listen.map(|_| {
+        let limiter = Arc::clone(limiter);
+        tokio::spawn(metrics::sample_sizes(move || limiter.sizes()))
+    });
+    if let Some((listener, handle)) = http {
+        let lab = config.http.lab.then(|| crate::http::lab::Lab::new(config));
+        let state = crate::http::State::new(
+            &config.http,
+            handle,
+            Arc::clone(limiter),
+            store.clone(),
+            lab,
+        );
+        tokio::spawn(crate::http::serve(
+            listener,
+            Arc::new(state),
+            config.http.max_connections,
+        ));
+    }
+    sampler
+}
+
+/// Tells systemd the daemon is ready (its status line: Redis mode, socket, rules,
+/// circuit), and returns that status for later updates.
+fn announce_ready(config: &Config, socket: &Socket, circuit: Arc<Circuit>) -> Arc<systemd::Status> {
+    let status = Arc::new(systemd::Status::new(
+        config.redis.mode,
+        socket.served.as_deref(),
+        socket.activated,
+        config.rules.len(),
+        circuit,
+    ));
+    systemd::notify_ready(&status.line());
+    status
 }
 
 /// When `[http] listen` is set: binds the HTTP endpoint and installs the metrics
