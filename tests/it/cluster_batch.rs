@@ -14,7 +14,7 @@
 
 use crate::common;
 use crate::reference;
-use crate::twins::{lua_call, model_of};
+use crate::twins::{lua_call, model_of, rate, start};
 
 use common::*;
 use proptest::prelude::*;
@@ -108,13 +108,7 @@ fn cluster_batch(
         Resp::Array(Some(replies)) => replies
             .into_iter()
             .map(|r| match r {
-                Resp::Array(Some(ints)) => Ok(ints
-                    .into_iter()
-                    .map(|i| match i {
-                        Resp::Int(n) => n,
-                        other => panic!("expected an integer, got {other:?}"),
-                    })
-                    .collect()),
+                ints @ Resp::Array(Some(_)) => Ok(ints.into_ints()),
                 other => Err(other.into_text().unwrap_or_else(|e| e.to_string())),
             })
             .collect(),
@@ -200,17 +194,6 @@ fn agree(
         }
     }
     Ok(())
-}
-
-fn start() -> impl Strategy<Value = u64> {
-    1_600_000_000_000_000u64..1_900_000_000_000_000
-}
-
-fn rate() -> impl Strategy<Value = f64> {
-    prop_oneof![
-        4 => (1u64..=2_000_000).prop_map(|m| m as f64 / 1000.0),
-        1 => (1u64..=1000).prop_map(|u| u as f64 / 1_000_000.0),
-    ]
 }
 
 fn window_ms() -> impl Strategy<Value = u64> {
