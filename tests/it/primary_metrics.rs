@@ -6,22 +6,9 @@
 
 use crate::common;
 
+use common::metric_value as value;
 use common::*;
 use std::time::{Duration, Instant};
-
-/// The value of the series `name` with all of `labels`, if present.
-fn value(body: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    body.lines()
-        .filter(|l| !l.starts_with('#') && l.starts_with(name))
-        .filter(|l| l[name.len()..].starts_with(['{', ' ']))
-        .find(|l| {
-            labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-        })
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
 
 /// A primary stopped (`SIGSTOP`) until this is dropped (`SIGCONT`), a panic included.
 struct Frozen<'a> {

@@ -224,12 +224,7 @@ impl Drop for Frozen<'_> {
 
 /// The value of the first series `name` of `body` with `label` (any, if `None`).
 fn value(body: &str, name: &str, label: Option<(&str, &str)>) -> Option<f64> {
-    let body = body.split_once("\r\n\r\n").map_or(body, |(_, b)| b);
-    body.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .find(|l| label.is_none_or(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+    metric_value(body, name, label.as_slice())
 }
 
 /// A daemon on a real Redis Cluster, driven through what the dashboard and the alerts
