@@ -33,23 +33,7 @@ fn shared() -> &'static RedisCluster {
 /// Per slot, the `host:port` of the primary owning it and that primary's node id, by
 /// `CLUSTER NODES` of `any`.
 pub(crate) fn owners(any: &str) -> Vec<(String, String)> {
-    let mut owners = vec![(String::new(), String::new()); 16_384];
-    let nodes = redis_text(any, &["CLUSTER", "NODES"]).expect("CLUSTER NODES");
-    for line in nodes.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 9 || !f[2].contains("master") {
-            continue;
-        }
-        let addr = f[1].split('@').next().unwrap_or_default().to_string();
-        for range in f[8..].iter().filter(|r| !r.starts_with('[')) {
-            let (a, b) = range.split_once('-').unwrap_or((range, range));
-            let (a, b): (usize, usize) = (a.parse().unwrap(), b.parse().unwrap());
-            for owner in &mut owners[a..=b] {
-                *owner = (addr.clone(), f[0].to_string());
-            }
-        }
-    }
-    owners
+    owners_by_slot(&redis_text(any, &["CLUSTER", "NODES"]).expect("CLUSTER NODES"))
 }
 
 /// The slot of a Redis key.

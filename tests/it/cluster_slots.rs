@@ -24,23 +24,10 @@ fn config(cluster: &TestCluster) -> String {
 /// The primary holding `slot` (by `CLUSTER NODES` of `any`) and its node id.
 fn owner_of(cluster: &TestCluster, slot: u16) -> (String, String) {
     let any = &cluster.primary_addrs()[0];
-    for line in cluster.cli(any, &["CLUSTER", "NODES"]).lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 9 || !f[2].contains("master") {
-            continue;
-        }
-        let owns = f[8..].iter().any(|r| match r.split_once('-') {
-            Some((a, b)) => {
-                a.parse().is_ok_and(|a: u16| a <= slot) && b.parse().is_ok_and(|b: u16| slot <= b)
-            }
-            None => r.parse() == Ok(slot),
-        });
-        if owns {
-            let addr = f[1].split('@').next().unwrap().to_string();
-            return (addr, f[0].to_string());
-        }
-    }
-    panic!("no primary owns slot {slot}");
+    let nodes = cluster.cli(any, &["CLUSTER", "NODES"]);
+    let owner = owners_by_slot(&nodes).swap_remove(usize::from(slot));
+    assert!(!owner.0.is_empty(), "no primary owns slot {slot}");
+    owner
 }
 
 /// Sends `CHECK tb <key>` every 10 ms until a reply comes from `source`, at most
