@@ -85,29 +85,20 @@ async fn serve(
     let (store, circuit) = start_redis(&config).await?;
     let limiter = Arc::new(Limiter::new(&config, store.clone()));
     let envoy_auto = envoy_limits.as_ref().is_some_and(|l| l.any_fallback_auto());
-    let mut tasks = Background {
-        heartbeat: start_heartbeat(&config, envoy_auto, store.as_ref(), &circuit, &limiter).await,
-        sampler: start_http(&config, http, &limiter, &store),
-        supervisor: None,
-        envoy: None,
-    };
+    let mut tasks = Background::start(&config, http, envoy_auto, &store, &circuit, &limiter).await;
     let (listener, socket) = Socket::open(&config, activated)?;
     let status = announce_ready(&config, &socket, circuit);
-    tasks.supervisor = systemd::notify_enabled().then(|| {
-        tokio::spawn(systemd::supervise(
-            Arc::clone(&status),
-            systemd::watchdog_interval(),
-        ))
-    });
-
+    tasks.supervisor = supervise(&status);
     let shutdown = CancellationToken::new();
     let envoy = crate::envoy::start(&config, envoy_limits, &limiter, shutdown.clone()).await?;
+    let (rls, envoy_server) = envoy.unzip();
+    tasks.envoy = envoy_server;
     let reloader = Reloader {
         path: config_path,
         current: config.clone(),
         limiter: Arc::clone(&limiter),
         store,
-        envoy: envoy.as_ref().map(|(rls, _)| Arc::clone(rls)),
+        envoy: rls,
         status,
     };
     let signals = tokio::spawn(signals::handle(signals, reloader, shutdown.clone()));
@@ -118,7 +109,6 @@ async fn serve(
     )
     .await;
     signals.abort();
-    tasks.envoy = envoy.map(|(_, server)| server);
     tasks.stop().await;
     socket.remove();
     tracing::info!("ratelimitd stopped");
@@ -138,6 +128,24 @@ struct Background {
 }
 
 impl Background {
+    /// The heartbeat ([`start_heartbeat`]; `envoy_auto`: an Envoy limit counts the fleet)
+    /// and, with `[http] listen` (`http`), the endpoint and its sampler ([`start_http`]).
+    async fn start(
+        config: &Config,
+        http: Option<(tokio::net::TcpListener, metrics::PrometheusHandle)>,
+        envoy_auto: bool,
+        store: &Option<Arc<RedisStore>>,
+        circuit: &Arc<Circuit>,
+        limiter: &Arc<Limiter>,
+    ) -> Background {
+        Background {
+            heartbeat: start_heartbeat(config, envoy_auto, store.as_ref(), circuit, limiter).await,
+            sampler: start_http(config, http, limiter, store),
+            supervisor: None,
+            envoy: None,
+        }
+    }
+
     /// Waits up to [`SHUTDOWN_GRACE`] for the Envoy front end (its calls in flight finish,
     /// bounded by `redis.timeout_ms`, then it removes its socket file), and stops every
     /// other task.
@@ -182,6 +190,16 @@ fn start_http(
         ));
     }
     sampler
+}
+
+/// Under systemd (`NOTIFY_SOCKET`): the task that keeps its status line and watchdog fed.
+fn supervise(status: &Arc<systemd::Status>) -> Option<tokio::task::JoinHandle<()>> {
+    systemd::notify_enabled().then(|| {
+        tokio::spawn(systemd::supervise(
+            Arc::clone(status),
+            systemd::watchdog_interval(),
+        ))
+    })
 }
 
 /// Tells systemd the daemon is ready (its status line: Redis mode, socket, rules,
