@@ -138,6 +138,16 @@ impl RedisCluster {
         self.node(addr).signal(sig);
     }
 
+    /// Stops one node (`SIGSTOP`) until the returned guard is dropped (`SIGCONT`), on
+    /// every path out of the test, a panic included.
+    pub fn freeze(&self, addr: &str) -> FrozenNode<'_> {
+        self.signal_node(addr, libc::SIGSTOP);
+        FrozenNode {
+            cluster: self,
+            addr: addr.to_string(),
+        }
+    }
+
     /// Run redis-cli against one node; see [`redis_cli`].
     pub fn cli(&self, addr: &str, args: &[&str]) -> String {
         redis_cli(addr, args)
@@ -300,4 +310,16 @@ pub fn owners_by_slot(cluster_nodes: &str) -> Vec<(String, String)> {
         }
     }
     owners
+}
+
+/// A node stopped by [`RedisCluster::freeze`]; dropping it resumes the node.
+pub struct FrozenNode<'a> {
+    cluster: &'a RedisCluster,
+    addr: String,
+}
+
+impl Drop for FrozenNode<'_> {
+    fn drop(&mut self) {
+        self.cluster.signal_node(&self.addr, libc::SIGCONT);
+    }
 }

@@ -10,18 +10,6 @@ use common::metric_value as value;
 use common::*;
 use std::time::{Duration, Instant};
 
-/// A primary stopped (`SIGSTOP`) until this is dropped (`SIGCONT`), a panic included.
-struct Frozen<'a> {
-    cluster: &'a RedisCluster,
-    addr: String,
-}
-
-impl Drop for Frozen<'_> {
-    fn drop(&mut self) {
-        self.cluster.signal_node(&self.addr, libc::SIGCONT);
-    }
-}
-
 #[test]
 fn the_per_primary_gauge_flips_for_a_frozen_primary_and_back() {
     let cluster = RedisCluster::start();
@@ -63,11 +51,7 @@ fn the_per_primary_gauge_flips_for_a_frozen_primary_and_back() {
     // Freeze one primary; requests spread over the slots reach it and time out until
     // its breaker opens (3 failures in a row over at least redis.timeout_ms).
     let frozen = primaries[0].clone();
-    cluster.signal_node(&frozen, libc::SIGSTOP);
-    let guard = Frozen {
-        cluster: &cluster,
-        addr: frozen.clone(),
-    };
+    let guard = cluster.freeze(&frozen);
     let keys: Vec<String> = (0..30).map(|i| format!("CHECK api k{i}")).collect();
     let began = Instant::now();
     let mut body = String::new();

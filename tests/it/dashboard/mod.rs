@@ -209,19 +209,6 @@ fn the_dashboard_keeps_to_the_panel_json_grafana_imports() {
 /// daemon's own lateness caused (a busy machine), so allow for many of the latter.
 const FREEZE: Duration = Duration::from_secs(20);
 
-/// A node of the cluster stopped (`SIGSTOP`) until this is dropped (`SIGCONT`), a
-/// panic included.
-struct Frozen<'a> {
-    cluster: &'a RedisCluster,
-    addr: String,
-}
-
-impl Drop for Frozen<'_> {
-    fn drop(&mut self) {
-        self.cluster.signal_node(&self.addr, libc::SIGCONT);
-    }
-}
-
 /// The value of the first series `name` of `body` with `label` (any, if `None`).
 fn value(body: &str, name: &str, label: Option<(&str, &str)>) -> Option<f64> {
     metric_value(body, name, label.as_slice())
@@ -305,11 +292,7 @@ shadow = true
     // plus a little.
     let primary = cluster.primary_addrs()[0].clone();
     {
-        cluster.signal_node(&primary, libc::SIGSTOP);
-        let _frozen = Frozen {
-            cluster: &cluster,
-            addr: primary.clone(),
-        };
+        let _frozen = cluster.freeze(&primary);
         let mut n = 0u32;
         let bypassed = wait_until(FREEZE, || {
             for _ in 0..30 {
