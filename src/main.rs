@@ -11,7 +11,8 @@ mod journal;
 use clap::Parser;
 use ratelimitd::config::Config;
 use ratelimitd::daemon;
-use std::path::PathBuf;
+use ratelimitd::envoy::limits::Shared as EnvoyLimits;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Per-host rate-limit daemon: answers CHECK requests on a Unix socket, deciding in
@@ -60,72 +61,93 @@ fn main() -> ExitCode {
     if let Some(Command::Ctl(args)) = cli.command {
         return ctl::run(args);
     }
-    if cli.print_man {
-        return match cli_docs::print_man::<Cli>() {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("ratelimitd: {e}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    if let Some(shell) = cli.print_completions {
-        cli_docs::print_completions::<Cli>(shell);
-        return ExitCode::SUCCESS;
+    if let Some(code) = print_docs(&cli) {
+        return code;
     }
     let Some(config_path) = cli.config else {
         unreachable!("clap requires --config without --print-man/--print-completions");
     };
     journal::init();
-    let config = match Config::load(&config_path) {
-        Ok(c) => c,
+    let (config, envoy) = match load(&config_path) {
+        Ok(loaded) => loaded,
         Err(e) => {
             // Under systemd this is how a reload's check fails: at priority err.
             journal::eprint_error(&format!("ratelimitd: invalid configuration: {e}"));
             return ExitCode::from(2);
         }
     };
-    let envoy = match ratelimitd::envoy::load::limits_for(&config) {
-        Ok(limits) => limits,
-        Err(e) => {
-            journal::eprint_error(&format!("ratelimitd: invalid configuration: {e}"));
-            return ExitCode::from(2);
-        }
-    };
     if cli.check {
-        // The files the config names must be usable too: a reload that would fail on
-        // an unreadable password file or a bad certificate fails here.
-        if config.redis.mode != ratelimitd::config::RedisMode::None {
-            match ratelimitd::store::connect::check_files(&config.redis) {
-                Ok(warnings) => {
-                    for w in warnings {
-                        eprintln!("ratelimitd: warning: {w}");
-                    }
-                }
-                Err(e) => {
-                    journal::eprint_error(&format!("ratelimitd: invalid configuration: {e}"));
-                    return ExitCode::from(2);
+        return check(&config_path, &config, envoy.as_ref());
+    }
+    run_daemon(config_path, config, envoy)
+}
+
+/// `--print-man` and `--print-completions`: the page or script printed, and the exit code;
+/// `None` for any other command line.
+fn print_docs(cli: &Cli) -> Option<ExitCode> {
+    if cli.print_man {
+        return Some(match cli_docs::print_man::<Cli>() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("ratelimitd: {e}");
+                ExitCode::FAILURE
+            }
+        });
+    }
+    let shell = cli.print_completions?;
+    cli_docs::print_completions::<Cli>(shell);
+    Some(ExitCode::SUCCESS)
+}
+
+/// The configuration at `path` and the Envoy limits it names.
+///
+/// # Errors
+/// Why either is invalid (unreadable, malformed, or refused by validation).
+fn load(path: &Path) -> Result<(Config, Option<EnvoyLimits>), String> {
+    let config = Config::load(path).map_err(|e| e.to_string())?;
+    let envoy = ratelimitd::envoy::load::limits_for(&config).map_err(|e| e.to_string())?;
+    Ok((config, envoy))
+}
+
+/// `--check`: the files the configuration names checked too (a reload that would fail on
+/// an unreadable password file or a bad certificate fails here), then a summary; 0 valid,
+/// 2 invalid.
+fn check(path: &Path, config: &Config, envoy: Option<&EnvoyLimits>) -> ExitCode {
+    if config.redis.mode != ratelimitd::config::RedisMode::None {
+        match ratelimitd::store::connect::check_files(&config.redis) {
+            Ok(warnings) => {
+                for w in warnings {
+                    eprintln!("ratelimitd: warning: {w}");
                 }
             }
+            Err(e) => {
+                journal::eprint_error(&format!("ratelimitd: invalid configuration: {e}"));
+                return ExitCode::from(2);
+            }
         }
-        let envoy = match (&config.envoy.listen, &envoy) {
-            (Some(listen), Some(l)) => format!(
-                ", envoy {listen}: {} domains, {} limits",
-                l.domains.len(),
-                l.all.len()
-            ),
-            _ => String::new(),
-        };
-        println!(
-            "{}: OK ({} rules, redis.mode = {:?}, socket {}{envoy})",
-            config_path.display(),
-            config.rules.len(),
-            config.redis.mode,
-            config.server.socket.display()
-        );
-        return ExitCode::SUCCESS;
     }
-    match daemon::run(config_path, config, envoy) {
+    let envoy = match (&config.envoy.listen, envoy) {
+        (Some(listen), Some(l)) => format!(
+            ", envoy {listen}: {} domains, {} limits",
+            l.domains.len(),
+            l.all.len()
+        ),
+        _ => String::new(),
+    };
+    println!(
+        "{}: OK ({} rules, redis.mode = {:?}, socket {}{envoy})",
+        path.display(),
+        config.rules.len(),
+        config.redis.mode,
+        config.server.socket.display()
+    );
+    ExitCode::SUCCESS
+}
+
+/// Runs the daemon until it is stopped; a runtime that cannot start is reported on
+/// stderr (logging needs it), anything else through the log.
+fn run_daemon(path: PathBuf, config: Config, envoy: Option<EnvoyLimits>) -> ExitCode {
+    match daemon::run(path, config, envoy) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e @ daemon::StartError::Runtime(_)) => {
             journal::eprint_error(&format!("ratelimitd: {e}"));

@@ -30,63 +30,10 @@ impl RawRule {
         let Some(all_of) = &self.all_of else {
             return Err(at.invalid(span, &field("all_of"), "not a composite rule"));
         };
-        let own = [
-            ("algorithm", self.algorithm.as_ref().map(|s| s.span())),
-            ("capacity", self.capacity.as_ref().map(|s| s.span())),
-            ("refill_rate", self.refill_rate.as_ref().map(|s| s.span())),
-            ("leak_rate", self.leak_rate.as_ref().map(|s| s.span())),
-            ("limit", self.limit.as_ref().map(|s| s.span())),
-            ("window", self.window.as_ref().map(|s| s.span())),
-            (
-                "fallback_hosts",
-                self.fallback_hosts.as_ref().map(|s| s.span()),
-            ),
-            ("lease", self.lease.as_ref().map(|s| s.span())),
-        ];
-        for (name, span) in own {
-            if let Some(span) = span {
-                return Err(at.invalid(
-                    span,
-                    &field(name),
-                    &format!(
-                        "a composite rule (all_of) takes no '{name}': its members have their own"
-                    ),
-                ));
-            }
-        }
-        if let Some(o) = self.overrides.first() {
-            return Err(at.invalid(
-                o.span(),
-                &field("override"),
-                "a composite rule (all_of) takes no override: its members take their own",
-            ));
-        }
+        self.refuse_own_parameters(index, at)?;
         let names = all_of.get_ref();
         let bad = |why: String| at.invalid(all_of.span(), &field("all_of"), &why);
-        if names.is_empty() || names.len() > MAX_MEMBERS {
-            return Err(bad(format!(
-                "must name 1 to {MAX_MEMBERS} rules (got {})",
-                names.len()
-            )));
-        }
-        let mut members: Vec<&Arc<Rule>> = Vec::with_capacity(names.len());
-        for (i, name) in names.iter().enumerate() {
-            if names[..i].contains(name) {
-                return Err(bad(format!("names rule '{name}' twice")));
-            }
-            let Some(member) = rules.get(name).filter(|m| m.all_of.is_empty()) else {
-                return Err(bad(format!(
-                    "names '{name}', which is not a rule of this file (or is itself a composite rule)"
-                )));
-            };
-            if member.lease {
-                return Err(bad(format!(
-                    "names '{name}', which takes leases; members of a composite rule need lease = \"off\""
-                )));
-            }
-            members.push(member);
-        }
-        let first = members[0];
+        let first = members(names, rules).map_err(bad)?[0];
         let mut rule = Rule::new(
             self.name.get_ref().clone(),
             first.algorithm,
@@ -100,6 +47,75 @@ impl RawRule {
         };
         Ok(rule)
     }
+
+    /// An error at the first algorithm parameter or override a composite rule sets: its
+    /// members have their own.
+    fn refuse_own_parameters(&self, index: usize, at: &Locator) -> Result<(), ConfigError> {
+        let field = |name: &str| format!("rule[{index}].{name}");
+        let own = [
+            ("algorithm", self.algorithm.as_ref().map(|s| s.span())),
+            ("capacity", self.capacity.as_ref().map(|s| s.span())),
+            ("refill_rate", self.refill_rate.as_ref().map(|s| s.span())),
+            ("leak_rate", self.leak_rate.as_ref().map(|s| s.span())),
+            ("limit", self.limit.as_ref().map(|s| s.span())),
+            ("window", self.window.as_ref().map(|s| s.span())),
+            (
+                "fallback_hosts",
+                self.fallback_hosts.as_ref().map(|s| s.span()),
+            ),
+            ("lease", self.lease.as_ref().map(|s| s.span())),
+        ];
+        if let Some((name, span)) = own.into_iter().find_map(|(n, s)| Some((n, s?))) {
+            return Err(at.invalid(
+                span,
+                &field(name),
+                &format!("a composite rule (all_of) takes no '{name}': its members have their own"),
+            ));
+        }
+        if let Some(o) = self.overrides.first() {
+            return Err(at.invalid(
+                o.span(),
+                &field("override"),
+                "a composite rule (all_of) takes no override: its members take their own",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The rules `names` stands for, in order: 1 to [`MAX_MEMBERS`] distinct rules of `rules`,
+/// none itself a composite or leased.
+///
+/// # Errors
+/// Why `names` is not such a list (the message for `all_of`).
+fn members<'r>(
+    names: &[String],
+    rules: &'r HashMap<String, Arc<Rule>>,
+) -> Result<Vec<&'r Arc<Rule>>, String> {
+    if names.is_empty() || names.len() > MAX_MEMBERS {
+        return Err(format!(
+            "must name 1 to {MAX_MEMBERS} rules (got {})",
+            names.len()
+        ));
+    }
+    let mut members = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        if names[..i].contains(name) {
+            return Err(format!("names rule '{name}' twice"));
+        }
+        let Some(member) = rules.get(name).filter(|m| m.all_of.is_empty()) else {
+            return Err(format!(
+                "names '{name}', which is not a rule of this file (or is itself a composite rule)"
+            ));
+        };
+        if member.lease {
+            return Err(format!(
+                "names '{name}', which takes leases; members of a composite rule need lease = \"off\""
+            ));
+        }
+        members.push(member);
+    }
+    Ok(members)
 }
 
 #[cfg(test)]

@@ -34,94 +34,80 @@ pub fn needs_restart(current: &Config, new: &Config) -> Vec<&'static str> {
     reported
 }
 
+/// `(new.<section>.<field> != current.<section>.<field>, "<section>.<field>")`: one
+/// field that only a restart applies, with whether it differs.
+macro_rules! differs {
+    ($current:ident, $new:ident, $section:ident . $field:ident) => {
+        (
+            $new.$section.$field != $current.$section.$field,
+            concat!(stringify!($section), ".", stringify!($field)),
+        )
+    };
+}
+
 /// Each field that only a restart applies, with whether it differs between `current`
 /// and `new`.
 fn restart_fields(current: &Config, new: &Config) -> Vec<(bool, &'static str)> {
-    let (s, n, r, m) = (&current.server, &new.server, &current.redis, &new.redis);
+    let mut fields = server_fields(current, new);
+    fields.extend(store_fields(current, new));
+    fields.extend(endpoint_fields(current, new));
+    fields
+}
+
+/// `[server]`'s fields.
+fn server_fields(c: &Config, n: &Config) -> Vec<(bool, &'static str)> {
     vec![
-        (n.socket != s.socket, "server.socket"),
-        (n.socket_mode != s.socket_mode, "server.socket_mode"),
+        differs!(c, n, server.socket),
+        differs!(c, n, server.socket_mode),
+        differs!(c, n, server.max_line_bytes),
+        differs!(c, n, server.max_in_flight),
+        differs!(c, n, server.allow_uids),
+        differs!(c, n, server.allow_gids),
+        differs!(c, n, server.admin_uids),
+        differs!(c, n, server.admin_gids),
+        differs!(c, n, server.max_connections),
         (
-            n.max_line_bytes != s.max_line_bytes,
-            "server.max_line_bytes",
-        ),
-        (n.max_in_flight != s.max_in_flight, "server.max_in_flight"),
-        (n.allow_uids != s.allow_uids, "server.allow_uids"),
-        (n.allow_gids != s.allow_gids, "server.allow_gids"),
-        (n.admin_uids != s.admin_uids, "server.admin_uids"),
-        (n.admin_gids != s.admin_gids, "server.admin_gids"),
-        (
-            n.max_connections != s.max_connections,
-            "server.max_connections",
-        ),
-        (
-            n.max_connections_per_uid() != s.max_connections_per_uid(),
+            n.server.max_connections_per_uid() != c.server.max_connections_per_uid(),
             "server.max_connections_per_uid",
         ),
+        differs!(c, n, server.idle_timeout_ms),
+        differs!(c, n, server.worker_threads),
+        differs!(c, n, server.redis_max_in_flight),
+        differs!(c, n, server.redis_max_in_flight_per_uid),
+    ]
+}
+
+/// `[redis]`'s, `[cache]`'s and `[fallback]`'s fields (but `[fallback] hosts`, which a
+/// reload applies).
+fn store_fields(c: &Config, n: &Config) -> [(bool, &'static str); 9] {
+    [
+        differs!(c, n, redis.mode),
         (
-            n.idle_timeout_ms != s.idle_timeout_ms,
-            "server.idle_timeout_ms",
+            n.redis.nodes.get_ref() != c.redis.nodes.get_ref(),
+            "redis.nodes",
         ),
-        (
-            n.worker_threads != s.worker_threads,
-            "server.worker_threads",
-        ),
-        (
-            n.redis_max_in_flight != s.redis_max_in_flight,
-            "server.redis_max_in_flight",
-        ),
-        (
-            n.redis_max_in_flight_per_uid != s.redis_max_in_flight_per_uid,
-            "server.redis_max_in_flight_per_uid",
-        ),
-        (m.mode != r.mode, "redis.mode"),
-        (m.nodes.get_ref() != r.nodes.get_ref(), "redis.nodes"),
-        (m.timeout_ms != r.timeout_ms, "redis.timeout_ms"),
-        (m.prefix != r.prefix, "redis.prefix"),
-        (new.cache.ttl_ms != current.cache.ttl_ms, "cache.ttl_ms"),
-        (
-            new.cache.max_entries != current.cache.max_entries,
-            "cache.max_entries",
-        ),
-        (
-            new.fallback.max_keys != current.fallback.max_keys,
-            "fallback.max_keys",
-        ),
-        (
-            new.fallback.min_hosts != current.fallback.min_hosts,
-            "fallback.min_hosts",
-        ),
-        (
-            new.fallback.state_dir != current.fallback.state_dir,
-            "fallback.state_dir",
-        ),
-        (
-            new.metrics.listen != current.metrics.listen,
-            "metrics.listen",
-        ),
-        (
-            new.metrics.max_connections != current.metrics.max_connections,
-            "metrics.max_connections",
-        ),
-        (new.http.listen != current.http.listen, "http.listen"),
-        (
-            new.http.max_connections != current.http.max_connections,
-            "http.max_connections",
-        ),
-        (new.http.lab != current.http.lab, "http.lab"),
-        (
-            new.http.lab_max_rps != current.http.lab_max_rps,
-            "http.lab_max_rps",
-        ),
-        (
-            new.http.lab_max_seconds != current.http.lab_max_seconds,
-            "http.lab_max_seconds",
-        ),
-        (
-            new.http.lab_max_keys != current.http.lab_max_keys,
-            "http.lab_max_keys",
-        ),
-        (new.envoy.listen != current.envoy.listen, "envoy.listen"),
+        differs!(c, n, redis.timeout_ms),
+        differs!(c, n, redis.prefix),
+        differs!(c, n, cache.ttl_ms),
+        differs!(c, n, cache.max_entries),
+        differs!(c, n, fallback.max_keys),
+        differs!(c, n, fallback.min_hosts),
+        differs!(c, n, fallback.state_dir),
+    ]
+}
+
+/// The endpoints' fields: `[metrics]`, `[http]`, `[envoy] listen`.
+fn endpoint_fields(c: &Config, n: &Config) -> [(bool, &'static str); 9] {
+    [
+        differs!(c, n, metrics.listen),
+        differs!(c, n, metrics.max_connections),
+        differs!(c, n, http.listen),
+        differs!(c, n, http.max_connections),
+        differs!(c, n, http.lab),
+        differs!(c, n, http.lab_max_rps),
+        differs!(c, n, http.lab_max_seconds),
+        differs!(c, n, http.lab_max_keys),
+        differs!(c, n, envoy.listen),
     ]
 }
 

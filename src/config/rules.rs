@@ -239,44 +239,9 @@ impl RawRule {
         field: &dyn Fn(&str) -> String,
         at: &Locator,
     ) -> Result<Algorithm, ConfigError> {
-        let kind = *self
-            .algorithm
-            .as_ref()
-            .ok_or_else(|| {
-                at.invalid(
-                    rule_span.clone(),
-                    &field("algorithm"),
-                    "a rule needs 'algorithm' (or 'all_of': a composite rule)",
-                )
-            })?
-            .get_ref();
-        let family = kind.spec().family;
-        let takes: [&str; 2] = match family {
-            Family::Bucket { rate } => ["capacity", rate],
-            Family::Window { .. } => ["limit", "window"],
-            Family::Slots => ["limit", "max_hold"],
-        };
+        let kind = self.kind(&rule_span, field, at)?;
+        self.refuse_other_parameters(kind, field, at)?;
         let algo = kind.as_str();
-        let given = [
-            ("capacity", self.capacity.as_ref().map(|s| s.span())),
-            ("refill_rate", self.refill_rate.as_ref().map(|s| s.span())),
-            ("leak_rate", self.leak_rate.as_ref().map(|s| s.span())),
-            ("limit", self.limit.as_ref().map(|s| s.span())),
-            ("window", self.window.as_ref().map(|s| s.span())),
-            ("max_hold", self.max_hold.as_ref().map(|s| s.span())),
-        ];
-        for (extra, span) in given {
-            if let (Some(span), false) = (span, takes.contains(&extra)) {
-                return Err(at.invalid(
-                    span,
-                    &field(extra),
-                    &format!(
-                        "{algo} has no '{extra}' (it takes {} and {})",
-                        takes[0], takes[1]
-                    ),
-                ));
-            }
-        }
         let missing = |what: &str, hint: &str| {
             at.invalid(
                 rule_span.clone(),
@@ -285,17 +250,9 @@ impl RawRule {
             )
         };
         let count = |v: &Option<Spanned<u64>>, what: &str, max: u64| {
-            let v = v.as_ref().ok_or_else(|| missing(what, "an integer ≥ 1"))?;
-            if !(1..=max).contains(v.get_ref()) {
-                return Err(at.invalid(
-                    v.span(),
-                    &field(what),
-                    &format!("must be an integer from 1 to {max}"),
-                ));
-            }
-            Ok(*v.get_ref())
+            count(v, what, max, &missing, field, at)
         };
-        Ok(match family {
+        Ok(match kind.spec().family {
             Family::Bucket { rate } => {
                 let given = match rate {
                     "leak_rate" => &self.leak_rate,
@@ -318,6 +275,62 @@ impl RawRule {
                 per: Per::WindowMs(self.max_hold(field, at)?),
             },
         })
+    }
+
+    /// `algorithm`, which a rule that is not a composite must name.
+    fn kind(
+        &self,
+        rule_span: &Range<usize>,
+        field: &dyn Fn(&str) -> String,
+        at: &Locator,
+    ) -> Result<Kind, ConfigError> {
+        let kind = self.algorithm.as_ref().ok_or_else(|| {
+            at.invalid(
+                rule_span.clone(),
+                &field("algorithm"),
+                "a rule needs 'algorithm' (or 'all_of': a composite rule)",
+            )
+        })?;
+        Ok(*kind.get_ref())
+    }
+
+    /// An error at the first parameter set that `kind` does not take (a bucket takes
+    /// `capacity` and its rate, a window `limit` and `window`, a concurrency rule `limit`
+    /// and `max_hold`).
+    fn refuse_other_parameters(
+        &self,
+        kind: Kind,
+        field: &dyn Fn(&str) -> String,
+        at: &Locator,
+    ) -> Result<(), ConfigError> {
+        let takes: [&str; 2] = match kind.spec().family {
+            Family::Bucket { rate } => ["capacity", rate],
+            Family::Window { .. } => ["limit", "window"],
+            Family::Slots => ["limit", "max_hold"],
+        };
+        let given = [
+            ("capacity", self.capacity.as_ref().map(|s| s.span())),
+            ("refill_rate", self.refill_rate.as_ref().map(|s| s.span())),
+            ("leak_rate", self.leak_rate.as_ref().map(|s| s.span())),
+            ("limit", self.limit.as_ref().map(|s| s.span())),
+            ("window", self.window.as_ref().map(|s| s.span())),
+            ("max_hold", self.max_hold.as_ref().map(|s| s.span())),
+        ];
+        for (extra, span) in given {
+            if let (Some(span), false) = (span, takes.contains(&extra)) {
+                return Err(at.invalid(
+                    span,
+                    &field(extra),
+                    &format!(
+                        "{} has no '{extra}' (it takes {} and {})",
+                        kind.as_str(),
+                        takes[0],
+                        takes[1]
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// A concurrency rule's `max_hold`, a whole number of ms from 1 ms to 30 days
@@ -409,6 +422,27 @@ pub(super) fn ids(
         ));
     }
     Ok(list.get_ref().iter().map(|&v| v as u32).collect())
+}
+
+/// A count parameter (`capacity`, `limit`): an integer from 1 to `max`; `missing` is the
+/// error for a rule without it.
+fn count(
+    v: &Option<Spanned<u64>>,
+    what: &str,
+    max: u64,
+    missing: &dyn Fn(&str, &str) -> ConfigError,
+    field: &dyn Fn(&str) -> String,
+    at: &Locator,
+) -> Result<u64, ConfigError> {
+    let v = v.as_ref().ok_or_else(|| missing(what, "an integer ≥ 1"))?;
+    if !(1..=max).contains(v.get_ref()) {
+        return Err(at.invalid(
+            v.span(),
+            &field(what),
+            &format!("must be an integer from 1 to {max}"),
+        ));
+    }
+    Ok(*v.get_ref())
 }
 
 #[cfg(test)]

@@ -121,6 +121,113 @@ fn is_field_separator(b: &u8) -> bool {
     *b == b' ' || *b == b'\t'
 }
 
+/// One verb of the protocol: its name (matched case-insensitively), whether only operators
+/// send it (for the unknown-verb message), and the function that reads its fields.
+struct Verb {
+    name: &'static str,
+    operator: bool,
+    parse: ParseFn,
+}
+
+/// Reads a verb's fields into its [`Request`].
+type ParseFn = for<'a> fn(&Args<'a>) -> Result<Request<'a>, ProtoError>;
+
+impl Verb {
+    /// A verb any allowed peer may send.
+    const fn client(name: &'static str, parse: ParseFn) -> Verb {
+        Verb {
+            name,
+            operator: false,
+            parse,
+        }
+    }
+
+    /// A verb only operators may send.
+    const fn operator(name: &'static str, parse: ParseFn) -> Verb {
+        Verb {
+            name,
+            operator: true,
+            parse,
+        }
+    }
+}
+
+/// Every verb, in the order the unknown-verb message lists them. A new verb is one line
+/// here and one small function below.
+const VERBS: &[Verb] = &[
+    Verb::client("CHECK", check),
+    Verb::client("CHECKALL", check_all),
+    Verb::client("REFUND", refund),
+    Verb::client("ACQUIRE", acquire),
+    Verb::client("RELEASE", release),
+    Verb::client("PING", |args| args.none("PING", Request::Ping)),
+    Verb::client("QUIT", |args| args.none("QUIT", Request::Quit)),
+    Verb::operator("INSPECT", inspect),
+    Verb::operator("RESET", reset),
+    Verb::operator("RULES", |args| args.none("RULES", Request::Rules)),
+    Verb::operator("TOP", top),
+];
+
+/// Most fields after the verb that are kept (a full `CHECKALL`); more are only counted.
+const MAX_FIELDS: usize = 3 * MAX_TRIPLES;
+
+/// The fields after the verb: the first [`MAX_FIELDS`] of them, and how many there were
+/// (one more than [`MAX_FIELDS`] when there were more).
+struct Args<'a> {
+    fields: [&'a [u8]; MAX_FIELDS],
+    count: usize,
+}
+
+impl<'a> Args<'a> {
+    fn collect(fields: impl Iterator<Item = &'a [u8]>) -> Self {
+        let mut args = Args {
+            fields: [&[]; MAX_FIELDS],
+            count: 0,
+        };
+        for field in fields {
+            if args.count == MAX_FIELDS {
+                args.count += 1;
+                break;
+            }
+            args.fields[args.count] = field;
+            args.count += 1;
+        }
+        args
+    }
+
+    /// The `i`th field; only called once the count says it is there.
+    fn get(&self, i: usize) -> &'a [u8] {
+        self.fields[i]
+    }
+
+    /// `PROTO` with `usage` unless the field count is in `arity`.
+    fn arity(&self, arity: std::ops::RangeInclusive<usize>, usage: &str) -> Result<(), ProtoError> {
+        if arity.contains(&self.count) {
+            Ok(())
+        } else {
+            Err(ProtoError::new(ErrorCode::Proto, usage))
+        }
+    }
+
+    /// The first two fields, `<rule> <key>`, the key checked.
+    fn rule_key(&self) -> Result<(&'a [u8], &'a [u8]), ProtoError> {
+        check_key(self.get(1))?;
+        Ok((self.get(0), self.get(1)))
+    }
+
+    /// `request` when there are no fields, else `PROTO`.
+    fn none(&self, verb: &str, request: Request<'a>) -> Result<Request<'a>, ProtoError> {
+        if self.count == 0 {
+            Ok(request)
+        } else {
+            Err(ProtoError::new(
+                ErrorCode::Proto,
+                format!("{verb} takes no arguments"),
+            ))
+        }
+    }
+}
+
 /// Parses one line (without its terminator) into a [`Request`].
 ///
 /// Fields are separated by runs of spaces or tabs; verbs are case-insensitive. Checks, in
@@ -137,110 +244,59 @@ pub fn parse(line: &[u8]) -> Result<Request<'_>, ProtoError> {
     let Some(verb) = fields.next() else {
         return Err(ProtoError::new(ErrorCode::Proto, "empty line"));
     };
-    if verb.eq_ignore_ascii_case(b"CHECKALL") {
-        return parse_triples(fields).map(|t| Request::CheckAll(Box::new(t)));
-    }
-    let mut args: [&[u8]; 3] = [&[]; 3];
-    let mut count = 0;
-    for field in fields {
-        if count == args.len() {
-            count += 1;
-            break;
-        }
-        args[count] = field;
-        count += 1;
-    }
-    if verb.eq_ignore_ascii_case(b"CHECK") {
-        if !(2..=3).contains(&count) {
-            return Err(ProtoError::new(
-                ErrorCode::Proto,
-                "CHECK takes <rule> <key> [<cost>]",
-            ));
-        }
-        let key = args[1];
-        check_key(key)?;
-        let cost = if count == 3 { parse_cost(args[2])? } else { 1 };
-        Ok(Request::Check {
-            rule: args[0],
-            key,
-            cost,
-        })
-    } else if verb.eq_ignore_ascii_case(b"REFUND") {
-        if count != 3 {
-            return Err(ProtoError::new(
-                ErrorCode::Proto,
-                "REFUND takes <rule> <key> <units>",
-            ));
-        }
-        check_key(args[1])?;
-        Ok(Request::Refund {
-            rule: args[0],
-            key: args[1],
-            units: parse_cost(args[2])?,
-        })
-    } else if verb.eq_ignore_ascii_case(b"ACQUIRE") {
-        if count != 2 {
-            return Err(ProtoError::new(
-                ErrorCode::Proto,
-                "ACQUIRE takes <rule> <key>",
-            ));
-        }
-        check_key(args[1])?;
-        Ok(Request::Acquire {
-            rule: args[0],
-            key: args[1],
-        })
-    } else if verb.eq_ignore_ascii_case(b"RELEASE") {
-        if count != 3 {
-            return Err(ProtoError::new(
-                ErrorCode::Proto,
-                "RELEASE takes <rule> <key> <token>",
-            ));
-        }
-        check_key(args[1])?;
-        check_token(args[2])?;
-        Ok(Request::Release {
-            rule: args[0],
-            key: args[1],
-            token: args[2],
-        })
-    } else if let Some(request) = operator(verb, &args[..count.min(args.len())], count)? {
-        Ok(request)
-    } else if verb.eq_ignore_ascii_case(b"PING") {
-        no_args("PING", count, Request::Ping)
-    } else if verb.eq_ignore_ascii_case(b"QUIT") {
-        no_args("QUIT", count, Request::Quit)
-    } else {
-        Err(ProtoError::new(
-            ErrorCode::Proto,
-            format!(
-                "unknown verb '{}' (expected CHECK, CHECKALL, REFUND, ACQUIRE, RELEASE, PING, QUIT, or an operator's INSPECT, RESET, RULES, TOP)",
-                printable(verb, 32)
-            ),
-        ))
+    match VERBS
+        .iter()
+        .find(|v| verb.eq_ignore_ascii_case(v.name.as_bytes()))
+    {
+        Some(v) => (v.parse)(&Args::collect(fields)),
+        None => Err(unknown_verb(verb)),
     }
 }
 
-/// The fields after `CHECKALL`: 1 to [`MAX_TRIPLES`] whole triples; the field count is
-/// checked before any key or cost.
-fn parse_triples<'a>(fields: impl Iterator<Item = &'a [u8]>) -> Result<Triples<'a>, ProtoError> {
-    let mut flat: [&[u8]; 3 * MAX_TRIPLES] = [&[]; 3 * MAX_TRIPLES];
-    let mut count = 0;
-    for field in fields {
-        if count == flat.len() {
-            count += 1;
-            break;
-        }
-        flat[count] = field;
-        count += 1;
-    }
-    if count == 0 || count % 3 != 0 || count > flat.len() {
+/// `PROTO` naming the verb sent and every verb of [`VERBS`].
+fn unknown_verb(verb: &[u8]) -> ProtoError {
+    let names = |operator: bool| {
+        VERBS
+            .iter()
+            .filter(|v| v.operator == operator)
+            .map(|v| v.name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    ProtoError::new(
+        ErrorCode::Proto,
+        format!(
+            "unknown verb '{}' (expected {}, or an operator's {})",
+            printable(verb, 32),
+            names(false),
+            names(true)
+        ),
+    )
+}
+
+/// `CHECK <rule> <key> [<cost>]`.
+fn check<'a>(args: &Args<'a>) -> Result<Request<'a>, ProtoError> {
+    args.arity(2..=3, "CHECK takes <rule> <key> [<cost>]")?;
+    let (rule, key) = args.rule_key()?;
+    let cost = if args.count == 3 {
+        parse_cost(args.get(2))?
+    } else {
+        1
+    };
+    Ok(Request::Check { rule, key, cost })
+}
+
+/// `CHECKALL`: 1 to [`MAX_TRIPLES`] whole triples; the field count is checked before any
+/// key or cost.
+fn check_all<'a>(args: &Args<'a>) -> Result<Request<'a>, ProtoError> {
+    let count = args.count;
+    if count == 0 || !count.is_multiple_of(3) || count > MAX_FIELDS {
         return Err(ProtoError::new(
             ErrorCode::Proto,
             format!(
                 "CHECKALL takes 1 to {MAX_TRIPLES} triples <rule> <key> <cost> (got {} fields)",
-                if count > flat.len() {
-                    format!("more than {}", flat.len())
+                if count > MAX_FIELDS {
+                    format!("more than {MAX_FIELDS}")
                 } else {
                     count.to_string()
                 }
@@ -251,7 +307,7 @@ fn parse_triples<'a>(fields: impl Iterator<Item = &'a [u8]>) -> Result<Triples<'
         items: [Triple::default(); MAX_TRIPLES],
         len: count / 3,
     };
-    for (i, t) in flat[..count].chunks(3).enumerate() {
+    for (i, t) in args.fields[..count].chunks(3).enumerate() {
         check_key(t[1])?;
         triples.items[i] = Triple {
             rule: t[0],
@@ -259,57 +315,68 @@ fn parse_triples<'a>(fields: impl Iterator<Item = &'a [u8]>) -> Result<Triples<'
             cost: parse_cost(t[2])?,
         };
     }
-    Ok(triples)
+    Ok(Request::CheckAll(Box::new(triples)))
 }
 
-/// The operator verbs (`INSPECT`, `RESET`, `RULES`, `TOP`), or `None` for another verb.
-/// `count` is the number of fields after the verb (one more than `args` holds when there
-/// are too many).
-fn operator<'a>(
-    verb: &[u8],
-    args: &[&'a [u8]],
-    count: usize,
-) -> Result<Option<Request<'a>>, ProtoError> {
-    let proto = |usage: &str| ProtoError::new(ErrorCode::Proto, usage);
-    if verb.eq_ignore_ascii_case(b"INSPECT") || verb.eq_ignore_ascii_case(b"RESET") {
-        let inspect = verb.eq_ignore_ascii_case(b"INSPECT");
-        if count != 2 {
-            return Err(proto(if inspect {
-                "INSPECT takes <rule> <key>"
-            } else {
-                "RESET takes <rule> <key>"
-            }));
-        }
-        let (rule, key) = (args[0], args[1]);
-        check_key(key)?;
-        return Ok(Some(if inspect {
-            Request::Inspect { rule, key }
-        } else {
-            Request::Reset { rule, key }
-        }));
-    }
-    if verb.eq_ignore_ascii_case(b"RULES") {
-        return no_args("RULES", count, Request::Rules).map(Some);
-    }
-    if verb.eq_ignore_ascii_case(b"TOP") {
-        if !(1..=2).contains(&count) {
-            return Err(proto("TOP takes <rule> [<n>]"));
-        }
-        let n = match args.get(1) {
-            None => DEFAULT_TOP_N,
-            Some(field) => parse_count(field).ok_or_else(|| {
-                ProtoError::new(
-                    ErrorCode::Proto,
-                    format!(
-                        "TOP <n> '{}' is not an integer from 1 to {MAX_TOP_N}",
-                        printable(field, 32)
-                    ),
-                )
-            })?,
-        };
-        return Ok(Some(Request::Top { rule: args[0], n }));
-    }
-    Ok(None)
+/// `REFUND <rule> <key> <units>`.
+fn refund<'a>(args: &Args<'a>) -> Result<Request<'a>, ProtoError> {
+    args.arity(3..=3, "REFUND takes <rule> <key> <units>")?;
+    let (rule, key) = args.rule_key()?;
+    let units = parse_cost(args.get(2))?;
+    Ok(Request::Refund { rule, key, units })
+}
+
+/// `ACQUIRE <rule> <key>`.
+fn acquire<'a>(args: &Args<'a>) -> Result<Request<'a>, ProtoError> {
+    args.arity(2..=2, "ACQUIRE takes <rule> <key>")?;
+    let (rule, key) = args.rule_key()?;
+    Ok(Request::Acquire { rule, key })
+}
+
+/// `RELEASE <rule> <key> <token>`.
+fn release<'a>(args: &Args<'a>) -> Result<Request<'a>, ProtoError> {
+    args.arity(3..=3, "RELEASE takes <rule> <key> <token>")?;
+    let (rule, key) = args.rule_key()?;
+    let token = args.get(2);
+    check_token(token)?;
+    Ok(Request::Release { rule, key, token })
+}
+
+/// `INSPECT <rule> <key>` (operators only).
+fn inspect<'a>(args: &Args<'a>) -> Result<Request<'a>, ProtoError> {
+    args.arity(2..=2, "INSPECT takes <rule> <key>")?;
+    let (rule, key) = args.rule_key()?;
+    Ok(Request::Inspect { rule, key })
+}
+
+/// `RESET <rule> <key>` (operators only).
+fn reset<'a>(args: &Args<'a>) -> Result<Request<'a>, ProtoError> {
+    args.arity(2..=2, "RESET takes <rule> <key>")?;
+    let (rule, key) = args.rule_key()?;
+    Ok(Request::Reset { rule, key })
+}
+
+/// `TOP <rule> [<n>]` (operators only).
+fn top<'a>(args: &Args<'a>) -> Result<Request<'a>, ProtoError> {
+    args.arity(1..=2, "TOP takes <rule> [<n>]")?;
+    let n = if args.count == 1 {
+        DEFAULT_TOP_N
+    } else {
+        let field = args.get(1);
+        parse_count(field).ok_or_else(|| {
+            ProtoError::new(
+                ErrorCode::Proto,
+                format!(
+                    "TOP <n> '{}' is not an integer from 1 to {MAX_TOP_N}",
+                    printable(field, 32)
+                ),
+            )
+        })?
+    };
+    Ok(Request::Top {
+        rule: args.get(0),
+        n,
+    })
 }
 
 /// A decimal integer from 1 to [`MAX_TOP_N`].
@@ -321,17 +388,6 @@ fn parse_count(field: &[u8]) -> Option<u32> {
         .iter()
         .fold(0u64, |acc, &d| acc * 10 + u64::from(d - b'0'));
     (1..=u64::from(MAX_TOP_N)).contains(&n).then_some(n as u32)
-}
-
-fn no_args<'a>(verb: &str, count: usize, request: Request<'a>) -> Result<Request<'a>, ProtoError> {
-    if count == 0 {
-        Ok(request)
-    } else {
-        Err(ProtoError::new(
-            ErrorCode::Proto,
-            format!("{verb} takes no arguments"),
-        ))
-    }
 }
 
 fn check_key(key: &[u8]) -> Result<(), ProtoError> {

@@ -138,6 +138,16 @@ impl RedisCluster {
         self.node(addr).signal(sig);
     }
 
+    /// Stops one node (`SIGSTOP`) until the returned guard is dropped (`SIGCONT`), on
+    /// every path out of the test, a panic included.
+    pub fn freeze(&self, addr: &str) -> FrozenNode<'_> {
+        self.signal_node(addr, libc::SIGSTOP);
+        FrozenNode {
+            cluster: self,
+            addr: addr.to_string(),
+        }
+    }
+
     /// Run redis-cli against one node; see [`redis_cli`].
     pub fn cli(&self, addr: &str, args: &[&str]) -> String {
         redis_cli(addr, args)
@@ -277,5 +287,39 @@ impl RedisCluster {
             .iter_mut()
             .find(|n| n.addr() == addr)
             .unwrap_or_else(|| panic!("{addr} is not a node of this cluster"))
+    }
+}
+
+/// Per slot (16384 of them), the `host:port` of the primary owning it and that primary's
+/// node id, read from the text of `CLUSTER NODES`; a slot no primary owns has two empty
+/// strings. A migrating or importing marker (`[slot->-id]`) names no owner.
+pub fn owners_by_slot(cluster_nodes: &str) -> Vec<(String, String)> {
+    let mut owners = vec![(String::new(), String::new()); 16_384];
+    for line in cluster_nodes.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 9 || !f[2].contains("master") {
+            continue;
+        }
+        let addr = f[1].split('@').next().unwrap_or_default().to_string();
+        for range in f[8..].iter().filter(|r| !r.starts_with('[')) {
+            let (a, b) = range.split_once('-').unwrap_or((range, range));
+            let (a, b): (usize, usize) = (a.parse().unwrap(), b.parse().unwrap());
+            for owner in &mut owners[a..=b] {
+                *owner = (addr.clone(), f[0].to_string());
+            }
+        }
+    }
+    owners
+}
+
+/// A node stopped by [`RedisCluster::freeze`]; dropping it resumes the node.
+pub struct FrozenNode<'a> {
+    cluster: &'a RedisCluster,
+    addr: String,
+}
+
+impl Drop for FrozenNode<'_> {
+    fn drop(&mut self) {
+        self.cluster.signal_node(&self.addr, libc::SIGCONT);
     }
 }

@@ -346,3 +346,17 @@ pub fn scrape(port: u16) -> String {
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
     out
 }
+
+/// The value of the first series `name` in `body` (a scrape, headers allowed) whose
+/// labels include all of `labels`, if there is one.
+pub fn metric_value(body: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    body.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .find(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}

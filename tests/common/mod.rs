@@ -18,14 +18,16 @@
 //! * [`redis`]: the RESP2 client, one redis-server, a standalone Redis;
 //! * [`cluster`]: a Redis Cluster and its faults;
 //! * [`daemon`]: the daemon under test and its metrics endpoint;
-//! * [`client`]: the line-protocol client and CHECK replies.
+//! * [`client`]: the line-protocol client and CHECK replies;
+//! * [`envoy`]: the Envoy Rate Limit Service's gRPC client and descriptors.
 
 pub mod client;
 pub mod cluster;
 pub mod daemon;
+pub mod envoy;
 pub mod process;
 pub mod redis;
 
 // Every test file uses its own subset of these.
 #[allow(unused_imports)]
-pub use {client::*, cluster::*, daemon::*, process::*, redis::*};
+pub use {client::*, cluster::*, daemon::*, envoy::*, process::*, redis::*};

@@ -42,6 +42,20 @@ impl Resp {
         }
     }
 
+    /// An array of integers (a script's decision); panics on any other reply.
+    pub fn into_ints(self) -> Vec<i64> {
+        match self {
+            Resp::Array(Some(items)) => items
+                .into_iter()
+                .map(|i| match i {
+                    Resp::Int(n) => n,
+                    other => panic!("expected an integer, got {other:?}"),
+                })
+                .collect(),
+            other => panic!("expected an array, got {other:?}"),
+        }
+    }
+
     /// An array of strings (e.g. the reply to KEYS).
     pub fn into_strings(self) -> io::Result<Vec<String>> {
         match self {

@@ -14,7 +14,7 @@
 
 use crate::common;
 use crate::reference;
-use crate::twins::{lua_call, model_of};
+use crate::twins::{lua_call, model_of, rate, start};
 
 use common::*;
 use proptest::prelude::*;
@@ -33,23 +33,7 @@ fn shared() -> &'static RedisCluster {
 /// Per slot, the `host:port` of the primary owning it and that primary's node id, by
 /// `CLUSTER NODES` of `any`.
 pub(crate) fn owners(any: &str) -> Vec<(String, String)> {
-    let mut owners = vec![(String::new(), String::new()); 16_384];
-    let nodes = redis_text(any, &["CLUSTER", "NODES"]).expect("CLUSTER NODES");
-    for line in nodes.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 9 || !f[2].contains("master") {
-            continue;
-        }
-        let addr = f[1].split('@').next().unwrap_or_default().to_string();
-        for range in f[8..].iter().filter(|r| !r.starts_with('[')) {
-            let (a, b) = range.split_once('-').unwrap_or((range, range));
-            let (a, b): (usize, usize) = (a.parse().unwrap(), b.parse().unwrap());
-            for owner in &mut owners[a..=b] {
-                *owner = (addr.clone(), f[0].to_string());
-            }
-        }
-    }
-    owners
+    owners_by_slot(&redis_text(any, &["CLUSTER", "NODES"]).expect("CLUSTER NODES"))
 }
 
 /// The slot of a Redis key.
@@ -108,13 +92,7 @@ fn cluster_batch(
         Resp::Array(Some(replies)) => replies
             .into_iter()
             .map(|r| match r {
-                Resp::Array(Some(ints)) => Ok(ints
-                    .into_iter()
-                    .map(|i| match i {
-                        Resp::Int(n) => n,
-                        other => panic!("expected an integer, got {other:?}"),
-                    })
-                    .collect()),
+                ints @ Resp::Array(Some(_)) => Ok(ints.into_ints()),
                 other => Err(other.into_text().unwrap_or_else(|e| e.to_string())),
             })
             .collect(),
@@ -200,17 +178,6 @@ fn agree(
         }
     }
     Ok(())
-}
-
-fn start() -> impl Strategy<Value = u64> {
-    1_600_000_000_000_000u64..1_900_000_000_000_000
-}
-
-fn rate() -> impl Strategy<Value = f64> {
-    prop_oneof![
-        4 => (1u64..=2_000_000).prop_map(|m| m as f64 / 1000.0),
-        1 => (1u64..=1000).prop_map(|u| u as f64 / 1_000_000.0),
-    ]
 }
 
 fn window_ms() -> impl Strategy<Value = u64> {

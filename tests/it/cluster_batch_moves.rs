@@ -24,17 +24,6 @@ fn daemon_config(cluster: &RedisCluster, capacity: u64, rate: f64) -> String {
     )
 }
 
-/// `EVALSHA` calls `addr` ran so far (`INFO commandstats`).
-fn evalsha_calls(addr: &str) -> u64 {
-    let stats = redis_text(addr, &["INFO", "commandstats"]).unwrap_or_default();
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|v| v.split(',').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 /// A slot migrates (`IMPORTING`/`MIGRATING`, its keys moved a few at a time with
 /// `MIGRATE`, then `SETSLOT NODE`) while 4 connections × 16 pipelined requests ask 48
 /// keys of a token bucket (capacity 5, refill 2/s, deny cache off): 16 keys in the

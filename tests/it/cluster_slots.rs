@@ -24,23 +24,10 @@ fn config(cluster: &TestCluster) -> String {
 /// The primary holding `slot` (by `CLUSTER NODES` of `any`) and its node id.
 fn owner_of(cluster: &TestCluster, slot: u16) -> (String, String) {
     let any = &cluster.primary_addrs()[0];
-    for line in cluster.cli(any, &["CLUSTER", "NODES"]).lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 9 || !f[2].contains("master") {
-            continue;
-        }
-        let owns = f[8..].iter().any(|r| match r.split_once('-') {
-            Some((a, b)) => {
-                a.parse().is_ok_and(|a: u16| a <= slot) && b.parse().is_ok_and(|b: u16| slot <= b)
-            }
-            None => r.parse() == Ok(slot),
-        });
-        if owns {
-            let addr = f[1].split('@').next().unwrap().to_string();
-            return (addr, f[0].to_string());
-        }
-    }
-    panic!("no primary owns slot {slot}");
+    let nodes = cluster.cli(any, &["CLUSTER", "NODES"]);
+    let owner = owners_by_slot(&nodes).swap_remove(usize::from(slot));
+    assert!(!owner.0.is_empty(), "no primary owns slot {slot}");
+    owner
 }
 
 /// Sends `CHECK tb <key>` every 10 ms until a reply comes from `source`, at most
@@ -358,29 +345,6 @@ fn timeout_of(config: &str) -> Duration {
     Duration::from_millis(ms)
 }
 
-/// A node of a plain cluster stopped (`SIGSTOP`, by its pid) until this is dropped
-/// (`SIGCONT`), on every path out of the test, a panic included.
-struct Frozen<'a> {
-    cluster: &'a RedisCluster,
-    addr: String,
-}
-
-impl<'a> Frozen<'a> {
-    fn new(cluster: &'a RedisCluster, addr: &str) -> Frozen<'a> {
-        cluster.signal_node(addr, libc::SIGSTOP);
-        Frozen {
-            cluster,
-            addr: addr.to_string(),
-        }
-    }
-}
-
-impl Drop for Frozen<'_> {
-    fn drop(&mut self) {
-        self.cluster.signal_node(&self.addr, libc::SIGCONT);
-    }
-}
-
 /// While a slot migrates, a key already copied to the new owner is sent there by the
 /// old owner (`ASK`); when the new owner does not answer (frozen), the follow-up gives
 /// up within what is left of `redis.timeout_ms` and the key is decided locally with a
@@ -459,7 +423,7 @@ fn a_frozen_new_owner_during_a_move_leaves_the_old_owner_healthy() {
     // to it stays up and every follow-up meets the frozen node itself. Checked below.
     let (rounds, followups_per_round) = (2, 3);
     let mut followups = Vec::new();
-    let frozen = Frozen::new(nodes, &m.dst);
+    let frozen = nodes.freeze(&m.dst);
     let frozen_at = Instant::now();
     for round in 0..rounds {
         for _ in 0..followups_per_round {

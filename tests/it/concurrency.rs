@@ -314,15 +314,6 @@ fn owner(cluster: &RedisCluster, key: &str) -> Option<String> {
         .find(|a| redis_text(a, &["EXISTS", key]).is_ok_and(|r| r.trim() == "1"))
 }
 
-/// A primary stopped until dropped (`SIGCONT` on every path out, a panic included).
-struct Frozen<'a>(&'a RedisCluster, String);
-
-impl Drop for Frozen<'_> {
-    fn drop(&mut self) {
-        self.0.signal_node(&self.1, libc::SIGCONT);
-    }
-}
-
 #[test]
 fn a_frozen_primary_leaves_the_slots_of_the_others_in_redis() {
     // No failover while frozen (the cluster would say CLUSTERDOWN for every key until a
@@ -347,8 +338,7 @@ fn a_frozen_primary_leaves_the_slots_of_the_others_in_redis() {
     let (healthy_key, _) = keys[1].clone();
     // A slot of the healthy key held across the freeze, longer than the holder lease.
     let held = token(&c.request(&format!("ACQUIRE jobs {healthy_key}"))).unwrap();
-    cluster.signal_node(&frozen_at, libc::SIGSTOP);
-    let _frozen = Frozen(&cluster, frozen_at);
+    let _frozen = cluster.freeze(&frozen_at);
     let frozen_at_start = Instant::now();
     let mut rounds = 0;
     while frozen_at_start.elapsed() < Duration::from_secs(12) {

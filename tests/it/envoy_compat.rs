@@ -6,9 +6,7 @@
 //!
 //! Also: what their loader rejects, ours rejects, and each error names file and line.
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
-    rate_limit_descriptor::Entry, RateLimitDescriptor,
-};
+use crate::common::rls_descriptor as descriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
@@ -48,19 +46,6 @@ fn service(config_dir: &str) -> Rls {
         .unwrap()
         .unwrap();
     Rls::new(limiter, limits, Peer::unbounded(0, 0))
-}
-
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: (*k).into(),
-                value: (*v).into(),
-            })
-            .collect(),
-        ..Default::default()
-    }
 }
 
 fn ask(rls: &Rls, domain: &str, descriptors: &[&[(&str, &str)]], hits: u32) -> RateLimitResponse {

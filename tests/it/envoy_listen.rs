@@ -7,16 +7,11 @@
 use crate::common;
 
 use common::*;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
-    rate_limit_descriptor::Entry, RateLimitDescriptor,
-};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
-use tonic::transport::Endpoint;
 
 /// A descriptor decided by a TOML rule: 3 requests, then over the limit (no refill to
 /// speak of during the test).
@@ -41,34 +36,14 @@ const TCP_WARNING: &str = ": any local process can spend budgets through it; pre
 /// `n` calls of `ShouldRateLimit` for `user_id=u1` over the Unix socket `path`: each
 /// call's overall code.
 fn ask_unix(path: PathBuf, n: usize) -> Vec<i32> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = grpc_runtime();
     rt.block_on(async move {
-        let ch = Endpoint::from_static("http://localhost")
-            .connect_with_connector(tower::service_fn(move |_| {
-                let path = path.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                        tokio::net::UnixStream::connect(path).await?,
-                    ))
-                }
-            }))
-            .await
-            .expect("connecting over the Unix socket");
-        let mut c = RateLimitServiceClient::new(ch);
+        let mut c = unix_rls_client(path).await;
         let mut codes = Vec::new();
         for _ in 0..n {
             let req = RateLimitRequest {
                 domain: "rides".into(),
-                descriptors: vec![RateLimitDescriptor {
-                    entries: vec![Entry {
-                        key: "user_id".into(),
-                        value: "u1".into(),
-                    }],
-                    ..Default::default()
-                }],
+                descriptors: vec![rls_descriptor(&[("user_id", "u1")])],
                 hits_addend: 0,
             };
             let r = c.should_rate_limit(req).await.expect("an answer");

@@ -7,16 +7,12 @@
 use crate::common;
 
 use common::*;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
-    rate_limit_descriptor::Entry, RateLimitDescriptor,
-};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use std::path::PathBuf;
 use std::time::Duration;
-use tonic::transport::Endpoint;
 
 const TIGHT: u32 = 2;
 const WIDE: u32 = 10;
@@ -60,35 +56,17 @@ rule = "wide"
 
 fn descriptor(key: &str, value: &str, hits: Option<u64>) -> RateLimitDescriptor {
     RateLimitDescriptor {
-        entries: vec![Entry {
-            key: key.into(),
-            value: value.into(),
-        }],
         hits_addend: hits.map(|value| UInt64Value { value }),
-        ..Default::default()
+        ..rls_descriptor(&[(key, value)])
     }
 }
 
 /// For each user: `REQUESTS` calls with both descriptors (1 unit each), then a read of
 /// the `ip` budget (a descriptor `hits_addend` of 0). The calls' answers and the reads.
 fn run(sock: PathBuf) -> (Vec<RateLimitResponse>, Vec<RateLimitResponse>) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = grpc_runtime();
     rt.block_on(async move {
-        let ch = Endpoint::from_static("http://localhost")
-            .connect_with_connector(tower::service_fn(move |_| {
-                let path = sock.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                        tokio::net::UnixStream::connect(path).await?,
-                    ))
-                }
-            }))
-            .await
-            .expect("connecting over the Unix socket");
-        let mut c = RateLimitServiceClient::new(ch);
+        let mut c = unix_rls_client(sock).await;
         let (mut calls, mut reads) = (Vec::new(), Vec::new());
         for u in 0..USERS {
             let (user, ip) = (format!("u{u}"), format!("10.0.0.{u}"));
@@ -203,23 +181,9 @@ fn a_descriptor_that_can_never_pass_leaves_the_others_untouched_in_strict_mode()
             "{}",
             d.log_tail(10)
         );
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = grpc_runtime();
         let (over, read) = rt.block_on(async move {
-            let ch = Endpoint::from_static("http://localhost")
-                .connect_with_connector(tower::service_fn(move |_| {
-                    let path = sock.clone();
-                    async move {
-                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                            tokio::net::UnixStream::connect(path).await?,
-                        ))
-                    }
-                }))
-                .await
-                .expect("connecting over the Unix socket");
-            let mut c = RateLimitServiceClient::new(ch);
+            let mut c = unix_rls_client(sock).await;
             let too_many = u64::from(TIGHT) + 1;
             let req = RateLimitRequest {
                 domain: "rides".into(),

@@ -5,22 +5,9 @@
 
 use crate::common;
 
+use common::metric_value as value;
 use common::*;
 use std::time::Duration;
-
-/// The value of the series `name` whose labels include all of `labels`, if present.
-fn value(body: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    body.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .find(|l| {
-            labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-        })
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
 
 fn wait_for(port: u16, name: &str, labels: &[(&str, &str)], ok: impl Fn(f64) -> bool) -> String {
     let mut body = String::new();

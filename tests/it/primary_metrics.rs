@@ -6,34 +6,9 @@
 
 use crate::common;
 
+use common::metric_value as value;
 use common::*;
 use std::time::{Duration, Instant};
-
-/// The value of the series `name` with all of `labels`, if present.
-fn value(body: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    body.lines()
-        .filter(|l| !l.starts_with('#') && l.starts_with(name))
-        .filter(|l| l[name.len()..].starts_with(['{', ' ']))
-        .find(|l| {
-            labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-        })
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
-/// A primary stopped (`SIGSTOP`) until this is dropped (`SIGCONT`), a panic included.
-struct Frozen<'a> {
-    cluster: &'a RedisCluster,
-    addr: String,
-}
-
-impl Drop for Frozen<'_> {
-    fn drop(&mut self) {
-        self.cluster.signal_node(&self.addr, libc::SIGCONT);
-    }
-}
 
 #[test]
 fn the_per_primary_gauge_flips_for_a_frozen_primary_and_back() {
@@ -76,11 +51,7 @@ fn the_per_primary_gauge_flips_for_a_frozen_primary_and_back() {
     // Freeze one primary; requests spread over the slots reach it and time out until
     // its breaker opens (3 failures in a row over at least redis.timeout_ms).
     let frozen = primaries[0].clone();
-    cluster.signal_node(&frozen, libc::SIGSTOP);
-    let guard = Frozen {
-        cluster: &cluster,
-        addr: frozen.clone(),
-    };
+    let guard = cluster.freeze(&frozen);
     let keys: Vec<String> = (0..30).map(|i| format!("CHECK api k{i}")).collect();
     let began = Instant::now();
     let mut body = String::new();

@@ -12,17 +12,7 @@ use std::time::Duration;
 
 /// The value of the series `name` with all of `labels` (0 when absent).
 fn value(body: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    body.lines()
-        .filter(|l| !l.starts_with('#') && l.starts_with(name))
-        .filter(|l| l[name.len()..].starts_with(['{', ' ']))
-        .find(|l| {
-            labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-        })
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
+    metric_value(body, name, labels).unwrap_or(0.0)
 }
 
 fn config(redis: &RedisStandalone, port: u16, shadow: bool, ttl_ms: u64) -> String {

@@ -19,19 +19,6 @@ fn redis() -> &'static RedisStandalone {
     REDIS.get_or_init(RedisStandalone::start)
 }
 
-fn ints(resp: Resp) -> Vec<i64> {
-    match resp {
-        Resp::Array(Some(items)) => items
-            .into_iter()
-            .map(|i| match i {
-                Resp::Int(n) => n,
-                other => panic!("expected an integer, got {other:?}"),
-            })
-            .collect(),
-        other => panic!("expected an array, got {other:?}"),
-    }
-}
-
 /// One call of the script: operation `op` with `args` at `now` µs.
 fn lua(
     key: &str,
@@ -61,7 +48,9 @@ fn lua(
         &lease,
     ];
     cmd.extend(args.iter().map(String::as_str));
-    ints(redis_command(&redis().addr(), &cmd).expect("EVAL"))
+    redis_command(&redis().addr(), &cmd)
+        .expect("EVAL")
+        .into_ints()
 }
 
 static CASE: AtomicU64 = AtomicU64::new(0);

@@ -30,19 +30,6 @@ fn redis() -> &'static RedisStandalone {
     REDIS.get_or_init(RedisStandalone::start)
 }
 
-fn ints(resp: Resp) -> Vec<i64> {
-    match resp {
-        Resp::Array(Some(items)) => items
-            .into_iter()
-            .map(|i| match i {
-                Resp::Int(n) => n,
-                other => panic!("expected an integer, got {other:?}"),
-            })
-            .collect(),
-        other => panic!("expected an array, got {other:?}"),
-    }
-}
-
 /// The script of `params` and its arguments, as `RedisStore::decide` builds them.
 pub(crate) fn lua_call(params: &Params, cost: u64) -> (&'static str, Vec<String>) {
     let micro = format!("{:.0}", cost as f64 * algorithm::MICRO);
@@ -90,7 +77,9 @@ fn lua_decide(key: &str, params: &Params, cost: u64, now_us: u64, dry: bool) -> 
     }
     let mut cmd = vec!["EVAL", script, "1", key];
     cmd.extend(args.iter().map(String::as_str));
-    ints(redis_command(&redis().addr(), &cmd).expect("EVAL"))
+    redis_command(&redis().addr(), &cmd)
+        .expect("EVAL")
+        .into_ints()
 }
 
 /// The batch script's replies to the dry run then the decision of `cost` at `now_us`,
@@ -120,7 +109,7 @@ fn lua_batch_decide(key: &str, params: &Params, cost: u64, now_us: u64) -> Vec<V
             .into_iter()
             .enumerate()
             .filter(|(i, _)| *i != 1)
-            .map(|(_, r)| ints(r))
+            .map(|(_, r)| r.into_ints())
             .collect(),
         other => panic!("expected an array of replies, got {other:?}"),
     }
@@ -157,7 +146,9 @@ fn lua_lease_decide(key: &str, params: &Params, cost: u64, now_us: u64) -> Optio
     args.extend([now.as_str(), "twin", "0", "0", "0", "1000000", "0"].map(String::from));
     let mut cmd = vec!["EVAL", script, "1", key];
     cmd.extend(args.iter().map(String::as_str));
-    let mut reply = ints(redis_command(&redis().addr(), &cmd).expect("EVAL"));
+    let mut reply = redis_command(&redis().addr(), &cmd)
+        .expect("EVAL")
+        .into_ints();
     reply.truncate(4);
     Some(reply)
 }
@@ -283,13 +274,13 @@ fn agree(
 }
 
 /// Start instants: realistic epoch µs, anywhere within a second.
-fn start() -> impl Strategy<Value = u64> {
+pub(crate) fn start() -> impl Strategy<Value = u64> {
     1_600_000_000_000_000u64..1_900_000_000_000_000
 }
 
 /// Rates (units/s): mostly 0.001–2000, sometimes down to the slowest the config takes
 /// (10⁻⁶/s), where a floored refill is worth seconds.
-fn rate() -> impl Strategy<Value = f64> {
+pub(crate) fn rate() -> impl Strategy<Value = f64> {
     prop_oneof![
         4 => (1u64..=2_000_000).prop_map(|m| m as f64 / 1000.0),
         1 => (1u64..=1000).prop_map(|u| u as f64 / 1_000_000.0),

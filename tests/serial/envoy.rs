@@ -11,9 +11,6 @@
 use crate::common;
 
 use common::*;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
-    rate_limit_descriptor::Entry, RateLimitDescriptor,
-};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
@@ -46,13 +43,6 @@ descriptors:
       requests_per_unit: 2
 ";
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// A daemon with `[envoy] listen` on a free loopback port, the YAML `limits` in its
 /// config dir, `redis` (a `[redis]` table body, or "" for none) and metrics on a free
 /// port. Returns the daemon, the gRPC port, the metrics port and the config dir.
@@ -84,16 +74,7 @@ async fn client(port: u16) -> RateLimitServiceClient<Channel> {
 fn request(domain: &str, entries: &[(&str, &str)], hits: u32) -> RateLimitRequest {
     RateLimitRequest {
         domain: domain.into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: entries
-                .iter()
-                .map(|(k, v)| Entry {
-                    key: (*k).into(),
-                    value: (*v).into(),
-                })
-                .collect(),
-            ..Default::default()
-        }],
+        descriptors: vec![rls_descriptor(entries)],
         hits_addend: hits,
     }
 }
@@ -130,7 +111,7 @@ fn limit_then_over_limit_decided_in_redis() {
     let _serial = serial();
     let redis = RedisStandalone::start();
     let (d, grpc, metrics, _dir) = daemon(&redis_config(&redis, 50), LIMITS);
-    runtime().block_on(async {
+    grpc_runtime().block_on(async {
         let mut c = client(grpc).await;
         for i in 0..5u32 {
             let r = ask(&mut c, request("rides", &[("user_id", "alice")], 0)).await;
@@ -236,7 +217,7 @@ fn frozen_redis_answered_locally_within_the_timeout_then_redis_again() {
     let timeout_ms = 25;
     let redis = RedisStandalone::start();
     let (d, grpc, metrics, _dir) = daemon(&redis_config(&redis, timeout_ms), LIMITS);
-    let rt = runtime();
+    let rt = grpc_runtime();
     let mut c = rt.block_on(client(grpc));
     rt.block_on(ask(&mut c, request("rides", &[("user_id", "u0")], 0)));
     redis.signal(libc::SIGSTOP);
@@ -304,7 +285,7 @@ fn requests_past_the_in_flight_cap_are_decided_locally_not_refused() {
         redis_config(&redis, 500)
     );
     let (_d, grpc, metrics, _dir) = daemon(&config, LIMITS);
-    let rt = runtime();
+    let rt = grpc_runtime();
     let mut c = rt.block_on(client(grpc));
     let in_redis = wait_until(Duration::from_secs(10), || {
         rt.block_on(ask(&mut c, request("rides", &[("user_id", "warm")], 0)));
@@ -352,7 +333,7 @@ fn sighup_reloads_the_yaml_atomically() {
     let _serial = serial();
     let (d, grpc, _, dir) = daemon("", LIMITS);
     let file = dir.path().join("rides.yaml");
-    let rt = runtime();
+    let rt = grpc_runtime();
     let mut c = rt.block_on(client(grpc));
     let limit = |c: &mut RateLimitServiceClient<Channel>| {
         let r = rt.block_on(ask(c, request("rides", &[("user_id", "z")], 0)));
@@ -391,26 +372,12 @@ fn unix_socket_listener() {
     let dir = short_tempdir("rld-rls-");
     let sock = dir.path().join("rls.sock");
     let d = Daemon::start(&format!("[envoy]\nlisten = \"unix:{}\"\n", sock.display()));
-    let rt = runtime();
+    let rt = grpc_runtime();
     let path = sock.clone();
     let r = rt.block_on(async move {
         assert!(wait_until(Duration::from_secs(5), || path.exists()));
-        let ch = Endpoint::from_static("http://localhost")
-            .connect_with_connector(tower::service_fn(move |_| {
-                let path = path.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                        tokio::net::UnixStream::connect(path).await?,
-                    ))
-                }
-            }))
-            .await
-            .unwrap();
-        ask(
-            &mut RateLimitServiceClient::new(ch),
-            request("any", &[("k", "v")], 0),
-        )
-        .await
+        let mut c = unix_rls_client(path).await;
+        ask(&mut c, request("any", &[("k", "v")], 0)).await
     });
     assert_eq!(r.overall_code, OK);
     assert!(
@@ -430,7 +397,7 @@ fn redis_cluster_frozen_primary_only_its_keys_decided_locally() {
         toml_str_array(&cluster.addrs())
     );
     let (d, grpc, metrics, _dir) = daemon(&redis, LIMITS);
-    let rt = runtime();
+    let rt = grpc_runtime();
     let mut c = rt.block_on(client(grpc));
     let source = |s: &str| {
         metric(

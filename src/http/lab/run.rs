@@ -50,12 +50,30 @@ pub async fn run(
     mut tx: sse::Sender,
 ) {
     let arrivals = plan.arrivals(started_ms);
+    if !send_start(plan, prefix, started_ms, arrivals.len(), &mut tx).await {
+        return;
+    }
+    if plan.is_slots() {
+        run_slots(limiter, plan, &arrivals, &mut tx).await;
+    } else {
+        run_checks(limiter, plan, &arrivals, &mut tx).await;
+    }
+}
+
+/// The `start` event; false once the page left.
+async fn send_start(
+    plan: &Plan,
+    prefix: &str,
+    started_ms: u64,
+    arrivals: usize,
+    tx: &mut sse::Sender,
+) -> bool {
     let start = Start {
         rule: &plan.rule.name,
         algorithm: &plan.algorithm,
         prefix,
         started_ms,
-        arrivals: arrivals.len(),
+        arrivals,
         duration_ms: plan.duration_ms,
         clients: plan.clients,
         limit: plan.rule.limit(),
@@ -63,73 +81,130 @@ pub async fn run(
         hold_ms: plan.hold_ms,
     };
     let json = serde_json::to_string(&start).unwrap_or_default();
-    if tx
-        .send_data(sse::event(Some("start"), &json))
-        .await
-        .is_err()
-    {
-        return;
-    }
-    if plan.is_slots() {
-        let t0 = Instant::now();
-        if let Some((decided, allowed, released, lapsed)) =
-            super::slots::drive(limiter, plan, &arrivals, &mut tx).await
-        {
-            let json = serde_json::json!({ "decided": decided, "allowed": allowed, "released": released, "lapsed": lapsed, "elapsed_ms": t0.elapsed().as_millis() as u64 }).to_string();
-            let _ = tx.send_data(sse::event(Some("done"), &json)).await;
-        }
-        return;
-    }
-    let rule = Detached::unlisted(Arc::clone(&plan.rule));
-    let peer = Peer::unbounded(0, 0);
-    let keys: Vec<String> = (0..plan.clients).map(|c| format!("c{c}")).collect();
+    tx.send_data(sse::event(Some("start"), &json)).await.is_ok()
+}
+
+/// A concurrency rule's run ([`super::slots::drive`]), then its `done` event.
+async fn run_slots(
+    limiter: &Arc<Limiter>,
+    plan: &Plan,
+    arrivals: &[(f64, u32)],
+    tx: &mut sse::Sender,
+) {
     let t0 = Instant::now();
-    let mut pending: FuturesUnordered<Pin<Box<dyn Future<Output = Row> + Send>>> =
-        FuturesUnordered::new();
-    let mut batch: Vec<Row> = Vec::new();
+    if let Some((decided, allowed, released, lapsed)) =
+        super::slots::drive(limiter, plan, arrivals, tx).await
+    {
+        let json = serde_json::json!({ "decided": decided, "allowed": allowed, "released": released, "lapsed": lapsed, "elapsed_ms": t0.elapsed().as_millis() as u64 }).to_string();
+        let _ = tx.send_data(sse::event(Some("done"), &json)).await;
+    }
+}
+
+/// A rate rule's run: each arrival checked at its time, the decisions sent every
+/// [`FLUSH`], then the `done` event (or `failed`, at the first check that errs).
+async fn run_checks(
+    limiter: &Arc<Limiter>,
+    plan: &Plan,
+    arrivals: &[(f64, u32)],
+    tx: &mut sse::Sender,
+) {
+    let mut checks = Checks::new(limiter, plan);
+    let t0 = checks.t0;
     let mut flush = tokio::time::interval(FLUSH);
     let mut next = 0;
     let (mut allowed, mut decided) = (0u64, 0u64);
-    while next < arrivals.len() || !pending.is_empty() {
+    while next < arrivals.len() || !checks.pending.is_empty() {
         let due = arrivals
             .get(next)
             .map(|&(t, _)| t0 + Duration::from_micros((t * 1000.0) as u64));
         tokio::select! {
-            Some(row) = pending.next(), if !pending.is_empty() => batch.push(row),
+            Some(row) = checks.pending.next(), if !checks.pending.is_empty() => checks.batch.push(row),
             () = tokio::time::sleep_until(due.unwrap_or(t0)), if due.is_some() => {
-                let now_ms = t0.elapsed().as_secs_f64() * 1000.0;
-                while let Some(&(t, c)) = arrivals.get(next).filter(|a| a.0 <= now_ms) {
-                    next += 1;
-                    let mut clock = BatchClock::default();
-                    let asked = Instant::now();
-                    let row = move |d: crate::limiter::Decided| -> Row {
-                        let dd = d.decision;
-                        let after = asked.duration_since(t0).as_secs_f64() * 1000.0;
-                        (round(t), c, u8::from(dd.allowed), dd.remaining, dd.limit, dd.source.as_str(), dd.wait_ms, round(after))
-                    };
-                    match limiter.check_detached(&rule, keys[c as usize].as_bytes(), 1, &mut clock, &peer) {
-                        Check::Ready(Ok(d)) => batch.push(row(d)),
-                        Check::Ready(Err(e)) => {
-                            let json = serde_json::json!({ "message": e.to_string() }).to_string();
-                            let _ = tx.send_data(sse::event(Some("failed"), &json)).await;
-                            return;
-                        }
-                        Check::Redis(f) => pending.push(Box::pin(async move { row(f.await) })),
-                    }
+                if let Err(message) = checks.ask_due(arrivals, &mut next) {
+                    let json = serde_json::json!({ "message": message }).to_string();
+                    let _ = tx.send_data(sse::event(Some("failed"), &json)).await;
+                    return;
                 }
             }
             _ = flush.tick() => {
-                if !send(&mut tx, &mut batch, &mut allowed, &mut decided).await {
+                if !send(tx, &mut checks.batch, &mut allowed, &mut decided).await {
                     return;
                 }
             }
         }
     }
-    if !send(&mut tx, &mut batch, &mut allowed, &mut decided).await {
+    if !send(tx, &mut checks.batch, &mut allowed, &mut decided).await {
         return;
     }
     let json = serde_json::json!({ "decided": decided, "allowed": allowed, "elapsed_ms": t0.elapsed().as_millis() as u64 }).to_string();
     let _ = tx.send_data(sse::event(Some("done"), &json)).await;
+}
+
+/// A rate rule's run in progress: the checks waiting on Redis and the decisions not yet
+/// sent.
+struct Checks<'a> {
+    limiter: &'a Arc<Limiter>,
+    rule: Detached,
+    peer: Peer,
+    /// Client `c`'s key, `c<c>`.
+    keys: Vec<String>,
+    /// When the run started: arrival times count from here.
+    t0: Instant,
+    pending: FuturesUnordered<Pin<Box<dyn Future<Output = Row> + Send>>>,
+    batch: Vec<Row>,
+}
+
+impl<'a> Checks<'a> {
+    fn new(limiter: &'a Arc<Limiter>, plan: &Plan) -> Self {
+        Checks {
+            limiter,
+            rule: Detached::unlisted(Arc::clone(&plan.rule)),
+            peer: Peer::unbounded(0, 0),
+            keys: (0..plan.clients).map(|c| format!("c{c}")).collect(),
+            t0: Instant::now(),
+            pending: FuturesUnordered::new(),
+            batch: Vec::new(),
+        }
+    }
+
+    /// Checks every arrival from `next` on that is due by now (`cost` 1, its client's
+    /// key), moving `next` past them.
+    ///
+    /// # Errors
+    /// The message of the first check that failed.
+    fn ask_due(&mut self, arrivals: &[(f64, u32)], next: &mut usize) -> Result<(), String> {
+        let t0 = self.t0;
+        let now_ms = t0.elapsed().as_secs_f64() * 1000.0;
+        while let Some(&(t, c)) = arrivals.get(*next).filter(|a| a.0 <= now_ms) {
+            *next += 1;
+            let mut clock = BatchClock::default();
+            let asked = Instant::now();
+            let row = move |d: crate::limiter::Decided| -> Row {
+                let dd = d.decision;
+                let after = asked.duration_since(t0).as_secs_f64() * 1000.0;
+                (
+                    round(t),
+                    c,
+                    u8::from(dd.allowed),
+                    dd.remaining,
+                    dd.limit,
+                    dd.source.as_str(),
+                    dd.wait_ms,
+                    round(after),
+                )
+            };
+            let key = self.keys[c as usize].as_bytes();
+            match self
+                .limiter
+                .check_detached(&self.rule, key, 1, &mut clock, &self.peer)
+            {
+                Check::Ready(Ok(d)) => self.batch.push(row(d)),
+                Check::Ready(Err(e)) => return Err(e.to_string()),
+                Check::Redis(f) => self.pending.push(Box::pin(async move { row(f.await) })),
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Sends the decisions of `batch` (if any) as one event; false once the page left.

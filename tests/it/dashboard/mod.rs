@@ -209,27 +209,9 @@ fn the_dashboard_keeps_to_the_panel_json_grafana_imports() {
 /// daemon's own lateness caused (a busy machine), so allow for many of the latter.
 const FREEZE: Duration = Duration::from_secs(20);
 
-/// A node of the cluster stopped (`SIGSTOP`) until this is dropped (`SIGCONT`), a
-/// panic included.
-struct Frozen<'a> {
-    cluster: &'a RedisCluster,
-    addr: String,
-}
-
-impl Drop for Frozen<'_> {
-    fn drop(&mut self) {
-        self.cluster.signal_node(&self.addr, libc::SIGCONT);
-    }
-}
-
 /// The value of the first series `name` of `body` with `label` (any, if `None`).
 fn value(body: &str, name: &str, label: Option<(&str, &str)>) -> Option<f64> {
-    let body = body.split_once("\r\n\r\n").map_or(body, |(_, b)| b);
-    body.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .find(|l| label.is_none_or(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+    metric_value(body, name, label.as_slice())
 }
 
 /// A daemon on a real Redis Cluster, driven through what the dashboard and the alerts
@@ -310,11 +292,7 @@ shadow = true
     // plus a little.
     let primary = cluster.primary_addrs()[0].clone();
     {
-        cluster.signal_node(&primary, libc::SIGSTOP);
-        let _frozen = Frozen {
-            cluster: &cluster,
-            addr: primary.clone(),
-        };
+        let _frozen = cluster.freeze(&primary);
         let mut n = 0u32;
         let bypassed = wait_until(FREEZE, || {
             for _ in 0..30 {

@@ -8,11 +8,9 @@ use crate::config::{Config, OnRedisFailure, RedisMode};
 use crate::envoy::limits::Shared as EnvoyLimits;
 use crate::limiter::Limiter;
 use crate::metrics;
-use crate::saved_hosts::SavedHosts;
 use crate::server::{self, BindError, ConnectionLimits};
 use crate::signals::{self, Reloader, Signals};
 use crate::store::health::Circuit;
-use crate::store::hosts::{Heartbeat, HEARTBEAT_EVERY};
 use crate::store::{RedisStore, StoreError};
 use crate::systemd::{self, ActivationError};
 use std::path::PathBuf;
@@ -20,6 +18,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
+
+mod heartbeat;
+
+use heartbeat::start_heartbeat;
 
 /// How long start-up waits for Redis before serving from local buckets.
 const STARTUP_REDIS_WAIT: Duration = Duration::from_millis(1500);
@@ -82,54 +84,23 @@ async fn serve(
     warn_about_small_shares(&config);
     raise_nofile(&config);
     systemd::notify_status("starting: connecting to Redis");
-    let (redis, circuit) = start_redis(&config).await?;
-    let store = redis.clone();
-    let limiter = Arc::new(Limiter::new(&config, redis));
+    let (store, circuit) = start_redis(&config).await?;
+    let limiter = Arc::new(Limiter::new(&config, store.clone()));
     let envoy_auto = envoy_limits.as_ref().is_some_and(|l| l.any_fallback_auto());
-    let heartbeat = start_heartbeat(&config, envoy_auto, store.as_ref(), &circuit, &limiter).await;
-    let sampler = config.http.listen.map(|_| {
-        let limiter = Arc::clone(&limiter);
-        tokio::spawn(metrics::sample_sizes(move || limiter.sizes()))
-    });
-    if let Some((listener, handle)) = http {
-        let lab = config.http.lab.then(|| crate::http::lab::Lab::new(&config));
-        let state = crate::http::State::new(
-            &config.http,
-            handle,
-            Arc::clone(&limiter),
-            store.clone(),
-            lab,
-        );
-        tokio::spawn(crate::http::serve(
-            listener,
-            Arc::new(state),
-            config.http.max_connections,
-        ));
-    }
+    let mut tasks = Background::start(&config, http, envoy_auto, &store, &circuit, &limiter).await;
     let (listener, socket) = Socket::open(&config, activated)?;
-    let status = Arc::new(systemd::Status::new(
-        config.redis.mode,
-        socket.served.as_deref(),
-        socket.activated,
-        config.rules.len(),
-        circuit,
-    ));
-    systemd::notify_ready(&status.line());
-    let supervisor = systemd::notify_enabled().then(|| {
-        tokio::spawn(systemd::supervise(
-            Arc::clone(&status),
-            systemd::watchdog_interval(),
-        ))
-    });
-
+    let status = announce_ready(&config, &socket, circuit);
+    tasks.supervisor = supervise(&status);
     let shutdown = CancellationToken::new();
     let envoy = crate::envoy::start(&config, envoy_limits, &limiter, shutdown.clone()).await?;
+    let (rls, envoy_server) = envoy.unzip();
+    tasks.envoy = envoy_server;
     let reloader = Reloader {
         path: config_path,
         current: config.clone(),
         limiter: Arc::clone(&limiter),
         store,
-        envoy: envoy.as_ref().map(|(rls, _)| Arc::clone(rls)),
+        envoy: rls,
         status,
     };
     let signals = tokio::spawn(signals::handle(signals, reloader, shutdown.clone()));
@@ -140,23 +111,111 @@ async fn serve(
     )
     .await;
     signals.abort();
-    if let Some((_, server)) = envoy {
-        // Its calls in flight finish (bounded by redis.timeout_ms), then it removes its
-        // socket file.
-        let _ = tokio::time::timeout(SHUTDOWN_GRACE, server).await;
-    }
-    if let Some(supervisor) = supervisor {
-        supervisor.abort();
-    }
-    if let Some(sampler) = sampler {
-        sampler.abort();
-    }
-    if let Some(heartbeat) = heartbeat {
-        heartbeat.abort();
-    }
+    tasks.stop().await;
     socket.remove();
     tracing::info!("ratelimitd stopped");
     Ok(())
+}
+
+/// The tasks that run beside the server until shutdown, each optional.
+struct Background {
+    /// Keeps this daemon's share of the fleet known ([`start_heartbeat`]).
+    heartbeat: Option<tokio::task::JoinHandle<()>>,
+    /// Samples the limiter's sizes for the metrics (with `[http] listen`).
+    sampler: Option<tokio::task::JoinHandle<()>>,
+    /// Tells systemd's watchdog the daemon is alive.
+    supervisor: Option<tokio::task::JoinHandle<()>>,
+    /// The Envoy front end's server (with `[envoy] listen`), stopping since shutdown.
+    envoy: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Background {
+    /// The heartbeat ([`start_heartbeat`]; `envoy_auto`: an Envoy limit counts the fleet)
+    /// and, with `[http] listen` (`http`), the endpoint and its sampler ([`start_http`]).
+    async fn start(
+        config: &Config,
+        http: Option<(tokio::net::TcpListener, metrics::PrometheusHandle)>,
+        envoy_auto: bool,
+        store: &Option<Arc<RedisStore>>,
+        circuit: &Arc<Circuit>,
+        limiter: &Arc<Limiter>,
+    ) -> Background {
+        Background {
+            heartbeat: start_heartbeat(config, envoy_auto, store.as_ref(), circuit, limiter).await,
+            sampler: start_http(config, http, limiter, store),
+            supervisor: None,
+            envoy: None,
+        }
+    }
+
+    /// Waits up to [`SHUTDOWN_GRACE`] for the Envoy front end (its calls in flight finish,
+    /// bounded by `redis.timeout_ms`, then it removes its socket file), and stops every
+    /// other task.
+    async fn stop(self) {
+        if let Some(server) = self.envoy {
+            let _ = tokio::time::timeout(SHUTDOWN_GRACE, server).await;
+        }
+        for task in [self.supervisor, self.sampler, self.heartbeat]
+            .into_iter()
+            .flatten()
+        {
+            task.abort();
+        }
+    }
+}
+
+/// With `[http] listen` (`http` bound by [`start_metrics`]): serves the endpoint (and the
+/// rule lab when `[http] lab`), and returns the task that samples the limiter's sizes.
+fn start_http(
+    config: &Config,
+    http: Option<(tokio::net::TcpListener, metrics::PrometheusHandle)>,
+    limiter: &Arc<Limiter>,
+    store: &Option<Arc<RedisStore>>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let sampler = config.http.listen.map(|_| {
+        let limiter = Arc::clone(limiter);
+        tokio::spawn(metrics::sample_sizes(move || limiter.sizes()))
+    });
+    if let Some((listener, handle)) = http {
+        let lab = config.http.lab.then(|| crate::http::lab::Lab::new(config));
+        let state = crate::http::State::new(
+            &config.http,
+            handle,
+            Arc::clone(limiter),
+            store.clone(),
+            lab,
+        );
+        tokio::spawn(crate::http::serve(
+            listener,
+            Arc::new(state),
+            config.http.max_connections,
+        ));
+    }
+    sampler
+}
+
+/// Under systemd (`NOTIFY_SOCKET`): the task that keeps its status line and watchdog fed.
+fn supervise(status: &Arc<systemd::Status>) -> Option<tokio::task::JoinHandle<()>> {
+    systemd::notify_enabled().then(|| {
+        tokio::spawn(systemd::supervise(
+            Arc::clone(status),
+            systemd::watchdog_interval(),
+        ))
+    })
+}
+
+/// Tells systemd the daemon is ready (its status line: Redis mode, socket, rules,
+/// circuit), and returns that status for later updates.
+fn announce_ready(config: &Config, socket: &Socket, circuit: Arc<Circuit>) -> Arc<systemd::Status> {
+    let status = Arc::new(systemd::Status::new(
+        config.redis.mode,
+        socket.served.as_deref(),
+        socket.activated,
+        config.rules.len(),
+        circuit,
+    ));
+    systemd::notify_ready(&status.line());
+    status
 }
 
 /// When `[http] listen` is set: binds the HTTP endpoint and installs the metrics
@@ -290,109 +349,6 @@ fn raise_nofile(config: &Config) {
         Err(e) => tracing::warn!(error = %e, "could not raise RLIMIT_NOFILE to its hard limit"),
     }
 }
-
-/// With `fallback.hosts = "auto"` on some rule: puts the count saved by the last run in
-/// force ([`SavedHosts`]; else `fallback.min_hosts`), beats once (bounded) so the share
-/// is known before serving, says at start-up which share is in force, and keeps beating
-/// every [`HEARTBEAT_EVERY`] while the circuit is closed (the count last seen stays in
-/// force through an outage, and is saved for the next start). With a fixed number only,
-/// says which.
-async fn start_heartbeat(
-    config: &Config,
-    envoy_auto: bool,
-    redis: Option<&Arc<RedisStore>>,
-    circuit: &Arc<Circuit>,
-    limiter: &Arc<Limiter>,
-) -> Option<tokio::task::JoinHandle<()>> {
-    let redis = redis?;
-    let auto = envoy_auto || config.rules.values().any(|r| r.fallback_auto);
-    if !auto {
-        tracing::info!(
-            hosts = %config.fallback.hosts,
-            "fallback.hosts is a fixed number: with Redis unreachable each daemon enforces limit ÷ hosts (rules' own fallback_hosts apply to them)"
-        );
-        return None;
-    }
-    let beat = Heartbeat::new(&config.redis.prefix);
-    let mut saved = SavedHosts::open(&config.fallback);
-    limiter.set_live_hosts(saved.at_start());
-    let first = if circuit.is_open() {
-        None
-    } else {
-        tokio::time::timeout(HEARTBEAT_TIMEOUT, redis.heartbeat(&beat))
-            .await
-            .ok()
-            .and_then(Result::ok)
-    };
-    match first {
-        Some(alive) => {
-            let n = saved.heard(alive);
-            limiter.set_live_hosts(n);
-            tracing::info!(
-                hosts = n, alive, id = beat.id(),
-                "fallback.hosts = \"auto\": {alive} daemon(s) alive in Redis; with Redis unreachable each enforces limit ÷ {n} (the count last seen stays in force through an outage; never below fallback.min_hosts = {})",
-                config.fallback.min_hosts
-            );
-        }
-        None => {
-            let n = saved.at_start();
-            let from = match (saved.saved(), saved.path()) {
-                (Some(s), Some(path)) => {
-                    format!(
-                        "{s} daemon(s) alive when last heard, saved in {}",
-                        path.display()
-                    )
-                }
-                _ => "no count saved".to_owned(),
-            };
-            tracing::warn!(
-                hosts = n, id = beat.id(),
-                "fallback.hosts = \"auto\": no heartbeat answered yet, so with Redis unreachable this daemon enforces limit ÷ {n} ({from}; fallback.min_hosts = {}) until one does",
-                config.fallback.min_hosts
-            );
-        }
-    }
-    Some(keep_beating(beat, saved, redis, circuit, limiter))
-}
-
-/// Beats every [`HEARTBEAT_EVERY`] while the circuit is closed, puts each count heard in
-/// force (saved for the next start) and logs each change.
-fn keep_beating(
-    beat: Heartbeat,
-    mut saved: SavedHosts,
-    redis: &Arc<RedisStore>,
-    circuit: &Arc<Circuit>,
-    limiter: &Arc<Limiter>,
-) -> tokio::task::JoinHandle<()> {
-    let (redis, circuit, limiter) = (Arc::clone(redis), Arc::clone(circuit), Arc::clone(limiter));
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(HEARTBEAT_EVERY);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            every.tick().await;
-            if circuit.is_open() {
-                continue;
-            }
-            let Ok(Ok(alive)) =
-                tokio::time::timeout(HEARTBEAT_TIMEOUT, redis.heartbeat(&beat)).await
-            else {
-                continue;
-            };
-            let n = saved.heard(alive);
-            let before = limiter.set_live_hosts(n);
-            if before != n {
-                tracing::info!(
-                    hosts = n,
-                    before,
-                    "daemons alive in Redis: {before} -> {n}; with Redis unreachable each enforces limit ÷ {n}"
-                );
-            }
-        }
-    })
-}
-
-/// A heartbeat waits at most this long for Redis.
-const HEARTBEAT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Warns about rules whose local share is below one unit: with Redis unreachable they
 /// deny everything.
