@@ -59,6 +59,7 @@ impl RawRule {
             ("leak_rate", self.leak_rate.as_ref().map(|s| s.span())),
             ("limit", self.limit.as_ref().map(|s| s.span())),
             ("window", self.window.as_ref().map(|s| s.span())),
+            ("max_hold", self.max_hold.as_ref().map(|s| s.span())),
             (
                 "fallback_hosts",
                 self.fallback_hosts.as_ref().map(|s| s.span()),
@@ -146,6 +147,7 @@ mod tests {
             ("all_of = [\"nope\"]", "'nope'"),
             ("all_of = [\"burst\", \"burst\"]", "twice"),
             ("all_of = [\"burst\"]\ncapacity = 3", "rule[2].capacity"),
+            ("all_of = [\"burst\"]\nmax_hold = \"5s\"", "rule[2].max_hold"),
             (
                 "all_of = [\"burst\"]\nalgorithm = \"token_bucket\"",
                 "rule[2].algorithm",
