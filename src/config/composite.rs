@@ -147,7 +147,10 @@ mod tests {
             ("all_of = [\"nope\"]", "'nope'"),
             ("all_of = [\"burst\", \"burst\"]", "twice"),
             ("all_of = [\"burst\"]\ncapacity = 3", "rule[2].capacity"),
-            ("all_of = [\"burst\"]\nmax_hold = \"5s\"", "rule[2].max_hold"),
+            (
+                "all_of = [\"burst\"]\nmax_hold = \"5s\"",
+                "rule[2].max_hold",
+            ),
             (
                 "all_of = [\"burst\"]\nalgorithm = \"token_bucket\"",
                 "rule[2].algorithm",
