@@ -117,7 +117,10 @@ impl<S: Store> Query<S> {
             .decide(
                 self.route.clone(),
                 self.redis_key.clone(),
-                rule.params,
+                // The rule's own parameters, never an override's as last seen: the
+                // script puts the override in force now in their place, and one
+                // cleared since must not outlive its clearing.
+                self.base.rule.params,
                 self.cost,
                 peek,
                 slot,
