@@ -25,6 +25,10 @@ name = "w"
 algorithm = "fixed_window"
 limit = 3
 window = "1h"
+
+[[rule]]
+name = "both"
+all_of = ["r", "w"]
 "#;
 
 fn fields(line: &str) -> HashMap<String, String> {
@@ -125,10 +129,7 @@ fn an_override_with_a_ttl_lapses() {
 #[test]
 fn bad_overrides_are_refused_with_their_reason() {
     let redis = RedisStandalone::start();
-    let d = Daemon::start(&format!(
-        "[redis]\nmode = \"standalone\"\nnodes = [\"{}\"]\ntimeout_ms = 200\n{RULES}",
-        redis.addr()
-    ));
+    let d = standalone(&redis);
     let mut c = d.connect();
     for (line, start, names) in [
         ("OVERRIDE r k limit=5", "ERR PARAM ", "limit"),
@@ -151,4 +152,68 @@ fn bad_overrides_are_refused_with_their_reason() {
     // The connection still answers, and nothing changed the rule.
     let r = parse_reply(&c.request("CHECK r k 0"));
     assert_eq!(r.limit, 5, "{r:?}");
+}
+
+fn standalone(redis: &RedisStandalone) -> Daemon {
+    Daemon::start(&format!(
+        "[redis]\nmode = \"standalone\"\nnodes = [\"{}\"]\ntimeout_ms = 200\n[cache]\nttl_ms = 0\n{RULES}",
+        redis.addr()
+    ))
+}
+
+fn in_redis(d: &Daemon) -> Client {
+    let mut c = d.connect();
+    assert!(wait_until(Duration::from_secs(10), || {
+        parse_reply(&c.request("CHECK r __ready 0")).source == "redis"
+    }));
+    c
+}
+
+#[test]
+fn checkall_composites_and_refunds_decide_under_the_override() {
+    let redis = RedisStandalone::start();
+    let d = standalone(&redis);
+    let mut c = in_redis(&d);
+    // CHECKALL: the override's 2 of the rule's 5.
+    assert_eq!(c.request("OVERRIDE r t:all capacity=2"), "OK");
+    let replies = c.pipeline(&vec!["CHECKALL r t:all 1".to_string(); 3]);
+    let allowed = replies.iter().filter(|r| r.starts_with("ALLOW ")).count();
+    assert_eq!(allowed, 2, "{replies:?}");
+    assert!(replies[2].starts_with("DENY "), "{replies:?}");
+    // A composite's member under an override: w's 1 of its 3 binds.
+    assert_eq!(c.request("OVERRIDE w t:m limit=1"), "OK");
+    let replies = c.pipeline(&vec!["CHECK both t:m".to_string(); 3]);
+    let allowed = replies.iter().filter(|r| r.starts_with("ALLOW ")).count();
+    assert_eq!(allowed, 1, "{replies:?}");
+    // REFUND is capped at the override's capacity (3), not the rule's (5).
+    assert_eq!(c.request("OVERRIDE r t:f capacity=3"), "OK");
+    admits(&mut c, "r", "t:f", 3);
+    let r = parse_reply(&c.request("REFUND r t:f 10"));
+    assert_eq!((r.verdict.as_str(), r.remaining), ("ALLOW", 3), "{r:?}");
+    // What the key holds shows once the override is cleared: 3 given back, not 5.
+    assert_eq!(c.request("OVERRIDE r t:f clear"), "OK");
+    let r = parse_reply(&c.request("CHECK r t:f 0"));
+    assert_eq!((r.limit, r.remaining), (5, 3), "{r:?}");
+}
+
+#[test]
+fn the_fallback_honours_an_override_it_has_seen() {
+    let mut redis = RedisStandalone::start();
+    let d = standalone(&redis);
+    let mut c = in_redis(&d);
+    assert_eq!(c.request("OVERRIDE r t:fb capacity=12"), "OK");
+    let r = parse_reply(&c.request("CHECK r t:fb 0"));
+    assert_eq!((r.limit, r.source.as_str()), (12, "redis"), "{r:?}");
+    redis.kill();
+    // One daemon alive: its share is the whole override, 12 (the rule's own is 5).
+    let burst: Vec<String> = (0..13).map(|_| "CHECK r t:fb".to_string()).collect();
+    let replies = c.pipeline(&burst);
+    let allowed = replies.iter().filter(|r| r.starts_with("ALLOW ")).count();
+    assert_eq!(allowed, 12, "{replies:?}");
+    let last = parse_reply(replies.last().unwrap());
+    assert_eq!((last.verdict.as_str(), last.limit, last.source.as_str()), ("DENY", 12, "local"));
+    // A key without an override: the rule's 5.
+    let burst: Vec<String> = (0..6).map(|_| "CHECK r t:plain".to_string()).collect();
+    let allowed = c.pipeline(&burst).iter().filter(|r| r.starts_with("ALLOW ")).count();
+    assert_eq!(allowed, 5);
 }
