@@ -90,9 +90,9 @@ impl Tier {
                 let r = f64::from_bits(self.per_bits);
                 (r.is_finite() && r > 0.0).then_some(Per::Rate(r))?
             }
-            Family::Window { .. } | Family::Slots => {
-                (1..=MAX_WINDOW_MS).contains(&self.per_bits).then_some(Per::WindowMs(self.per_bits))?
-            }
+            Family::Window { .. } | Family::Slots => (1..=MAX_WINDOW_MS)
+                .contains(&self.per_bits)
+                .then_some(Per::WindowMs(self.per_bits))?,
         };
         Some(Algorithm {
             kind,

@@ -7,8 +7,8 @@
 //! reply's `limit` is the override's.
 
 use super::rules::{RawRule, Rule};
-use crate::algorithm::Algorithm;
 use super::{ConfigError, Locator};
+use crate::algorithm::Algorithm;
 use serde::Deserialize;
 use std::sync::Arc;
 use toml::Spanned;
@@ -199,7 +199,11 @@ pub fn run_time(base: &Rule, pairs: &[(&str, &str)]) -> Result<Algorithm, String
 pub fn text(algorithm: &Algorithm) -> String {
     match algorithm.kind.spec().family {
         crate::algorithm::Family::Bucket { rate } => {
-            format!("capacity={} {rate}={}", algorithm.limit, algorithm.per.rate())
+            format!(
+                "capacity={} {rate}={}",
+                algorithm.limit,
+                algorithm.per.rate()
+            )
         }
         crate::algorithm::Family::Window { .. } => {
             let w = std::time::Duration::from_millis(algorithm.per.window_ms());

@@ -26,9 +26,9 @@ mod record;
 mod refresh;
 mod refund;
 pub mod slots;
-mod tiers;
 #[cfg(test)]
 mod tests;
+mod tiers;
 
 use crate::admission::Peer;
 use crate::cache::{DenyCache, Lookup};

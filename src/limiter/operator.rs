@@ -88,7 +88,11 @@ impl<S: Store> Limiter<S> {
     }
 
     /// The entry of rule `rule` and the hash of its tag with `key`.
-    pub(super) fn operated(&self, rule: &[u8], key: &[u8]) -> Result<(Arc<ActiveRule>, KeyHash), CheckError> {
+    pub(super) fn operated(
+        &self,
+        rule: &[u8],
+        key: &[u8],
+    ) -> Result<(Arc<ActiveRule>, KeyHash), CheckError> {
         let rules = self.rules.load();
         let entry = std::str::from_utf8(rule)
             .ok()

@@ -139,7 +139,10 @@ impl<S: Store> Limiter<S> {
         let (entry, hash) = self.operated(rule, key)?;
         let base = &entry.rule;
         if !base.all_of.is_empty() {
-            return Err(refused(format!("rule '{}' is composite (all_of): override its members", base.name)));
+            return Err(refused(format!(
+                "rule '{}' is composite (all_of): override its members",
+                base.name
+            )));
         }
         if base.params.kind() == Kind::Concurrency {
             return Err(refused(format!("rule '{}' is a concurrency rule: OVERRIDE changes the rate algorithms' parameters (capacity, refill_rate, leak_rate, limit, window), not limit or max_hold of slots", base.name)));
@@ -167,7 +170,9 @@ impl<S: Store> Limiter<S> {
             ))
         };
         let Some(redis) = &self.redis else {
-            return Err(refused("redis.mode = \"none\": overrides live in Redis; use [[rule.override]]".into()));
+            return Err(refused(
+                "redis.mode = \"none\": overrides live in Redis; use [[rule.override]]".into(),
+            ));
         };
         let mut buf = [0u8; TAG_MAX];
         let tag = tag_in(&mut buf, &base.name, key).ok_or(CheckError::KeyTooLong)?;

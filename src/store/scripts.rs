@@ -223,7 +223,7 @@ pub fn outcome(reply: &[i64]) -> Result<Outcome, Error> {
         [a, b, c, d, limit, high, low] => (
             [a, b, c, d],
             Some(Tier {
-            limit: limit.max(0) as u64,
+                limit: limit.max(0) as u64,
                 per_bits: ((high.max(0) as u64) << 32) | (low.max(0) as u64 & 0xffff_ffff),
             }),
         ),

@@ -72,7 +72,10 @@ fn an_override_set_on_one_host_applies_on_another_until_cleared() {
     assert_eq!(seen["limit"], "20", "{seen:?}");
     assert_eq!(seen["remaining"], "0", "{seen:?}");
     assert_eq!(seen["param.capacity"], "20", "{seen:?}");
-    assert!(seen["override"].starts_with("capacity=20,refill_rate="), "{seen:?}");
+    assert!(
+        seen["override"].starts_with("capacity=20,refill_rate="),
+        "{seen:?}"
+    );
     assert_eq!(seen["override_ttl_ms"], "none", "{seen:?}");
     // RESET deletes the state, not the override.
     assert_eq!(on_a.request("RESET r t:1"), "OK");
@@ -102,7 +105,11 @@ fn an_override_set_on_one_host_applies_on_another_until_cleared() {
     assert!(on_b.request("CHECK w t:3 8").starts_with("ERR COST "));
     assert_eq!(parse_reply(&on_b.request("CHECK w t:3 0")).limit, 10);
     let r = parse_reply(&on_b.request("CHECK w t:3 8"));
-    assert_eq!((r.verdict.as_str(), r.limit, r.remaining), ("ALLOW", 10, 2), "{r:?}");
+    assert_eq!(
+        (r.verdict.as_str(), r.limit, r.remaining),
+        ("ALLOW", 10, 2),
+        "{r:?}"
+    );
 }
 
 #[test]
@@ -211,9 +218,16 @@ fn the_fallback_honours_an_override_it_has_seen() {
     let allowed = replies.iter().filter(|r| r.starts_with("ALLOW ")).count();
     assert_eq!(allowed, 12, "{replies:?}");
     let last = parse_reply(replies.last().unwrap());
-    assert_eq!((last.verdict.as_str(), last.limit, last.source.as_str()), ("DENY", 12, "local"));
+    assert_eq!(
+        (last.verdict.as_str(), last.limit, last.source.as_str()),
+        ("DENY", 12, "local")
+    );
     // A key without an override: the rule's 5.
     let burst: Vec<String> = (0..6).map(|_| "CHECK r t:plain".to_string()).collect();
-    let allowed = c.pipeline(&burst).iter().filter(|r| r.starts_with("ALLOW ")).count();
+    let allowed = c
+        .pipeline(&burst)
+        .iter()
+        .filter(|r| r.starts_with("ALLOW "))
+        .count();
     assert_eq!(allowed, 5);
 }
