@@ -196,7 +196,11 @@ fn checkall_composites_and_refunds_decide_under_the_override() {
     assert_eq!(c.request("OVERRIDE r t:f capacity=3"), "OK");
     admits(&mut c, "r", "t:f", 3);
     let r = parse_reply(&c.request("REFUND r t:f 10"));
-    assert_eq!((r.verdict.as_str(), r.remaining), ("ALLOW", 3), "{r:?}");
+    assert_eq!(
+        (r.verdict.as_str(), r.limit, r.remaining),
+        ("ALLOW", 3, 3),
+        "{r:?}"
+    );
     // What the key holds shows once the override is cleared: 3 given back, not 5.
     assert_eq!(c.request("OVERRIDE r t:f clear"), "OK");
     let r = parse_reply(&c.request("CHECK r t:f 0"));
