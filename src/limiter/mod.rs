@@ -455,7 +455,9 @@ impl<S: Store> Limiter<S> {
         // A per-key override decides with its own parameters; a run-time one
         // (`OVERRIDE`, as last seen from Redis) wins over a static one.
         let base = entry.for_key(key);
-        let tiered = self.tiers.get(self.keys.of(base.rule.name.as_bytes(), key));
+        let tiered = self
+            .tiers
+            .get_with(|| self.keys.of(base.rule.name.as_bytes(), key));
         let entry = tiered.as_ref().unwrap_or(base);
         let rule = &entry.rule;
         // Against the rules in force for this request: a reload that removes a uid

@@ -42,12 +42,18 @@ impl Tiers {
         }
     }
 
-    /// The rule in force for the key `hash` as last seen, if under an override.
-    pub(super) fn get(&self, hash: KeyHash) -> Option<Arc<ActiveRule>> {
+    /// The rule in force for the key whose hash `hash()` gives, as last seen, if under
+    /// an override (the hash is not computed while no override was ever seen).
+    pub(super) fn get_with(&self, hash: impl FnOnce() -> KeyHash) -> Option<Arc<ActiveRule>> {
         if !self.any.load(Ordering::Relaxed) {
             return None;
         }
-        self.cache.get(&hash)
+        self.cache.get(&hash())
+    }
+
+    /// [`Tiers::get_with`] of a hash at hand.
+    pub(super) fn get(&self, hash: KeyHash) -> Option<Arc<ActiveRule>> {
+        self.get_with(|| hash)
     }
 
     /// The entry a reply of Redis's puts in force for `hash`: `tier`'s, built from
