@@ -262,6 +262,34 @@ mod tests {
     }
 
     #[test]
+    fn run_time_overrides_are_checked_as_static_ones() {
+        let c = parse("").unwrap();
+        let r = &c.rules["r"];
+        let a = run_time(r, &[("capacity", "200")]).unwrap();
+        assert_eq!((a.limit, a.per.rate()), (200, 10.0));
+        assert_eq!(text(&a), "capacity=200 refill_rate=10");
+        let t = crate::algorithm::Tier::of(&a);
+        assert_eq!(t.algorithm(a.kind), Some(a));
+        for (pairs, names) in [
+            (vec![("limit", "5")], "limit: token_bucket has no 'limit'"),
+            (vec![("capacity", "0")], "capacity: must be an integer"),
+            (
+                vec![("capacity", "x")],
+                "capacity: 'x' is not a whole number",
+            ),
+            (vec![("refill_rate", "0")], "refill_rate: must be a number"),
+            (vec![("colour", "1")], "colour: not a parameter"),
+            (
+                vec![("capacity", "2"), ("capacity", "3")],
+                "capacity: given twice",
+            ),
+        ] {
+            let e = run_time(r, &pairs).unwrap_err();
+            assert!(e.starts_with(names), "{pairs:?}: {e}");
+        }
+    }
+
+    #[test]
     fn bad_overrides_name_their_field() {
         for (body, what) in [
             (

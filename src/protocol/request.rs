@@ -107,7 +107,7 @@ pub enum Request<'a> {
     /// `OVERRIDE <rule> <key> <param>=<value>... [ttl=<duration>]` or `OVERRIDE <rule>
     /// <key> clear` (operators only): a run-time override of the key's parameters →
     /// `OK` (boxed: the other requests stay small).
-    Override(Box<OverrideRequest<'a>>),
+    Override(Box<super::overrides::OverrideRequest<'a>>),
     /// `RULES` (operators only): every rule and its parameters, one line of JSON.
     Rules,
     /// `TOP <rule> [<n>]` (operators only): the rule's hottest keys, one line of JSON.
@@ -145,7 +145,7 @@ pub fn parse(line: &[u8]) -> Result<Request<'_>, ProtoError> {
         return parse_triples(fields).map(|t| Request::CheckAll(Box::new(t)));
     }
     if verb.eq_ignore_ascii_case(b"OVERRIDE") {
-        return parse_override(fields).map(|o| Request::Override(Box::new(o)));
+        return super::overrides::parse(fields).map(|o| Request::Override(Box::new(o)));
     }
     let mut args: [&[u8]; 3] = [&[]; 3];
     let mut count = 0;
@@ -226,97 +226,6 @@ pub fn parse(line: &[u8]) -> Result<Request<'_>, ProtoError> {
             ),
         ))
     }
-}
-
-/// An `OVERRIDE` request: the key's new parameters, or `clear`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OverrideRequest<'a> {
-    /// The rule name as sent.
-    pub rule: &'a [u8],
-    /// A valid key.
-    pub key: &'a [u8],
-    /// `(param, value)` pairs, at most [`MAX_OVERRIDE_PARAMS`], unchecked (the rule's
-    /// algorithm says which it takes); empty for `clear`.
-    pub params: Vec<(&'a str, &'a str)>,
-    /// `ttl=`: how long the override lasts, ms; `None` until cleared.
-    pub ttl_ms: Option<u64>,
-}
-
-/// Most `param=value` pairs an `OVERRIDE` names (an algorithm takes two).
-pub const MAX_OVERRIDE_PARAMS: usize = 4;
-
-/// Longest `ttl=` of an `OVERRIDE`: a year, ms.
-pub const MAX_OVERRIDE_TTL_MS: u64 = 366 * 24 * 3600 * 1000;
-
-/// The fields after `OVERRIDE`: `<rule> <key>`, then `clear`, or 1 to
-/// [`MAX_OVERRIDE_PARAMS`] `param=value` pairs and an optional `ttl=<duration>` (a whole
-/// number of ms from 1 ms to [`MAX_OVERRIDE_TTL_MS`]).
-fn parse_override<'a>(
-    mut fields: impl Iterator<Item = &'a [u8]>,
-) -> Result<OverrideRequest<'a>, ProtoError> {
-    const USAGE: &str =
-        "OVERRIDE takes <rule> <key> <param>=<value>... [ttl=<duration>], or <rule> <key> clear";
-    let proto = || ProtoError::new(ErrorCode::Proto, USAGE);
-    let (Some(rule), Some(key)) = (fields.next(), fields.next()) else {
-        return Err(proto());
-    };
-    check_key(key)?;
-    let rest: Vec<&[u8]> = fields.take(MAX_OVERRIDE_PARAMS + 2).collect();
-    let mut request = OverrideRequest {
-        rule,
-        key,
-        params: Vec::new(),
-        ttl_ms: None,
-    };
-    if let [clear] = rest[..] {
-        if clear.eq_ignore_ascii_case(b"clear") {
-            return Ok(request);
-        }
-    }
-    if rest.is_empty() || rest.len() > MAX_OVERRIDE_PARAMS + 1 {
-        return Err(proto());
-    }
-    for field in rest {
-        let pair = std::str::from_utf8(field)
-            .ok()
-            .and_then(|f| f.split_once('='))
-            .filter(|(p, v)| !p.is_empty() && !v.is_empty());
-        let Some((param, value)) = pair else {
-            return Err(ProtoError::new(
-                ErrorCode::Param,
-                format!("'{}' is not <param>=<value>", printable(field, 64)),
-            ));
-        };
-        if param == "ttl" {
-            request.ttl_ms = Some(parse_ttl(value)?);
-        } else {
-            request.params.push((param, value));
-        }
-    }
-    if request.params.is_empty() || request.params.len() > MAX_OVERRIDE_PARAMS {
-        return Err(proto());
-    }
-    Ok(request)
-}
-
-/// `ttl=`'s value: a duration such as `90s` or `1h`, a whole number of ms from 1 ms to
-/// [`MAX_OVERRIDE_TTL_MS`].
-fn parse_ttl(value: &str) -> Result<u64, ProtoError> {
-    let bad = || {
-        ProtoError::new(
-            ErrorCode::Param,
-            format!(
-                "ttl: '{}' is not a duration of 1ms to 366d such as \"90s\" or \"1h\"",
-                printable(value.as_bytes(), 32)
-            ),
-        )
-    };
-    let d = humantime::parse_duration(value).map_err(|_| bad())?;
-    let ms = u64::try_from(d.as_millis()).map_err(|_| bad())?;
-    if d.subsec_nanos() % 1_000_000 != 0 || !(1..=MAX_OVERRIDE_TTL_MS).contains(&ms) {
-        return Err(bad());
-    }
-    Ok(ms)
 }
 
 /// The fields after `CHECKALL`: 1 to [`MAX_TRIPLES`] whole triples; the field count is
@@ -432,7 +341,7 @@ fn no_args<'a>(verb: &str, count: usize, request: Request<'a>) -> Result<Request
     }
 }
 
-fn check_key(key: &[u8]) -> Result<(), ProtoError> {
+pub(super) fn check_key(key: &[u8]) -> Result<(), ProtoError> {
     if key.len() > MAX_KEY_LEN {
         return Err(ProtoError::new(
             ErrorCode::Key,

@@ -314,6 +314,24 @@ mod tests {
     }
 
     #[test]
+    fn a_reply_under_an_override_carries_its_tier() {
+        assert_eq!(outcome(&[1, 2, 3, 4]).unwrap().tier, None);
+        let bits = 0.5f64.to_bits();
+        let o = outcome(&[
+            1,
+            2,
+            3,
+            4,
+            7,
+            (bits >> 32) as i64,
+            (bits & 0xffff_ffff) as i64,
+        ]);
+        let tier = o.unwrap().tier.unwrap();
+        assert_eq!((tier.limit, tier.per_bits), (7, bits));
+        assert!(outcome(&[1, 2, 3, 4, 5]).is_err());
+    }
+
+    #[test]
     fn counts_go_as_integers_rates_as_doubles() {
         let tb = Params::TokenBucket(token_bucket::Params::shared(2, 1.5, 1));
         assert_eq!(
