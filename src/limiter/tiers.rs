@@ -197,9 +197,11 @@ impl<S: Store> Limiter<S> {
             };
             let written = redis.set_tier(route, redis_key, write, slot).await;
             match algorithm {
-                Some(a) => {
+                // Remembered once Redis holds it: the next decision reports it anyway.
+                Some(a) if written.is_ok() => {
                     this.tiers.remember(&entry, hash, a);
                 }
+                Some(_) => {}
                 None => this.tiers.cache.invalidate(&hash),
             }
             // After the write: a DENY given under the old parameters is not remembered.
