@@ -63,7 +63,9 @@ if taken < #keys then
     now, clock, dry = base, base, false
     KEYS[1] = keys[i]
     local p = parsed[i]
-    give_backs[p.kind + 1]({p.args[1], p.args[2], p.args[3]}, instants[i])
+    local a = {p.args[1], p.args[2], p.args[3]}
+    override(a)
+    give_backs[p.kind + 1](a, instants[i])
   end
   for i = 1, #keys do
     out[i] = run(i, true)

@@ -12,6 +12,7 @@
 -- The key expires 1 s after its window ends, counted on the node's own clock (prelude
 -- expiry()); a DENY or a cost of 0 writes nothing, unless the rule in force needs the
 -- count longer than its stored expiry (a reload lengthened the window).
+override(ARGV)
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
@@ -52,4 +53,4 @@ if not allowed then
     wait = to_end
   end
 end
-return {allowed and 1 or 0, math.max(math.floor(limit - count), 0), reset, wait}
+return tiered({allowed and 1 or 0, math.max(math.floor(limit - count), 0), reset, wait})

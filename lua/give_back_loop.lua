@@ -5,8 +5,10 @@
 --          (4), then its own script's parameters (two), the units to give back (µ-units
 --          for buckets), and the instant of the reservation being undone, µs ('' for a
 --          REFUND)
--- Returns  per item four integers, flat: the CHECK fields of a cost of 0 after the
---          give-back (allowed, remaining, reset_ms, wait_ms)
+-- Returns  per item seven integers, flat: the CHECK fields of a cost of 0 after the
+--          give-back (allowed, remaining, reset_ms, wait_ms), then the key's run-time
+--          override as prelude.lua tiered() reports it (limit, rate or window halves),
+--          or three 0s without one
 local base = now
 local flat = {}
 local at = 1
@@ -23,6 +25,8 @@ for i = 1, #keys do
   if args[4] and args[4] ~= '' then
     instant = tonumber(args[4])
   end
+  -- Capped at the key's run-time override if it has one (prelude.lua override()).
+  override(args)
   give_backs[kind + 1](args, instant)
   now, clock, dry = base, base, false
   local r = algorithms[kind + 1]({args[1], args[2], 0, '', '1'})
@@ -30,5 +34,8 @@ for i = 1, #keys do
   flat[#flat + 1] = r[2]
   flat[#flat + 1] = r[3]
   flat[#flat + 1] = r[4]
+  flat[#flat + 1] = r[5] or 0
+  flat[#flat + 1] = r[6] or 0
+  flat[#flat + 1] = r[7] or 0
 end
 return flat

@@ -16,6 +16,7 @@
 -- queue would be empty, counted on the node's own clock (prelude expiry()); a DENY or a
 -- cost of 0 writes nothing, unless the rule in force needs the state longer than its
 -- stored expiry (a reload slowed the leak).
+override(ARGV)
 local cap = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
@@ -66,4 +67,4 @@ if not allowed then
 end
 
 store(allowed and cost > 0, st_x, reset, 'l', level, 'ts', now)
-return {allowed and 1 or 0, math.max(math.floor((cap - level) / 1000000), 0), reset, wait}
+return tiered({allowed and 1 or 0, math.max(math.floor((cap - level) / 1000000), 0), reset, wait})

@@ -129,3 +129,38 @@ local function store(write, stored, reset_ms, a, va, b, vb, c, vc)
   end
   redis.call('PEXPIRE', KEYS[1], digits(ttl))
 end
+
+-- A run-time override of the key's parameters (OVERRIDE, src/limiter/tiers.rs): the
+-- hash <KEYS[1]>:ov beside the state, in its hash tag's slot {a, b = the decision's
+-- ARGV[1] and ARGV[2] under the override, l = its limit, h, o = the high and low 32
+-- bits of its rate (f64 bits) or window (ms)}. Named after the state key, suffix
+-- included, so an override written for another algorithm is never read. A decision
+-- calls override() first (a read: the cluster batch still reads its key before any
+-- write; a refusal of it raises nothing), which replaces args[1], args[2]; tiered() adds l, h, o to its reply, so the
+-- daemon reports the overridden limit and can decide the key without Redis under it.
+--
+-- Read with pcall: while its slot migrates, Redis Cluster refuses a script's read of a
+-- key absent from the node (the hash moved ahead of the state, or there is none), and
+-- the decision must still be made from the state still here, as before overrides. Such
+-- a decision is made under the rule's own parameters (docs/DESIGN.md, "Run-time
+-- overrides").
+local tier
+local function override(args)
+  local o = redis.pcall('HMGET', KEYS[1] .. ':ov', 'a', 'b', 'l', 'h', 'o')
+  if o.err then
+    tier = nil
+    return
+  end
+  if o[1] and o[2] and o[3] and o[4] and o[5] then
+    args[1], args[2] = o[1], o[2]
+    tier = {tonumber(o[3]), tonumber(o[4]), tonumber(o[5])}
+  else
+    tier = nil
+  end
+end
+local function tiered(reply)
+  if tier then
+    reply[5], reply[6], reply[7] = tier[1], tier[2], tier[3]
+  end
+  return reply
+end

@@ -18,6 +18,7 @@
 -- node's own clock (prelude expiry()); a DENY or a cost of 0 writes nothing, unless the
 -- rule in force needs the counts longer than their stored expiry (a reload lengthened
 -- the window).
+override(ARGV)
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
@@ -49,4 +50,4 @@ local wait = 0
 if not allowed then
   wait = counter_wait(limit, window, cost, reset, start, current, previous)
 end
-return {allowed and 1 or 0, math.max(math.floor(limit - estimate(current, previous, elapsed, window)), 0), reset, wait}
+return tiered({allowed and 1 or 0, math.max(math.floor(limit - estimate(current, previous, elapsed, window)), 0), reset, wait})

@@ -26,6 +26,7 @@
 --
 -- Members written by versions without running totals ("<µs>:<units>") are rewritten
 -- once, O(n), the first time this script finds one as the newest entry.
+override(ARGV)
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
@@ -162,4 +163,4 @@ if not allowed then
     wait = ceil_ms(e.ts + window - now)
   end
 end
-return {allowed and 1 or 0, math.max(math.floor(limit - used_after), 0), reset, wait}
+return tiered({allowed and 1 or 0, math.max(math.floor(limit - used_after), 0), reset, wait})

@@ -16,6 +16,7 @@
 -- state longer than its stored expiry (a reload slowed the refill).
 -- reset_ms / wait_ms are the first whole ms at which the stored bucket is full / holds
 -- `cost`: a closed form, checked against the refill rule by settle() (as in Rust).
+override(ARGV)
 local cap = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
@@ -63,4 +64,4 @@ if not allowed then
 end
 
 store(allowed and cost > 0, st_x, reset, 't', tokens, 'ts', now)
-return {allowed and 1 or 0, math.floor(tokens / 1000000), reset, wait}
+return tiered({allowed and 1 or 0, math.floor(tokens / 1000000), reset, wait})

@@ -32,6 +32,11 @@ this daemon's lease, deny-cache entry and local bucket for the key, its slot and
 Deletes the key's state in Redis, this daemon's local bucket for it and its deny cache;
 other daemons' cached DENYs end within their \fBcache.ttl_ms\fR.
 .TP
+.BI "override " "RULE KEY PARAM" = "VALUE" "... [ttl=" DURATION "] | clear"
+Gives the key other parameters of its rule's algorithm (capacity, refill_rate,
+leak_rate, limit, window) on every daemon at once, until cleared or for the ttl; stored in
+Redis beside the key's state. \fBclear\fR removes it; \fBreset\fR keeps it.
+.TP
 .B rules
 Every rule and its parameters.
 .TP

@@ -56,6 +56,18 @@ enum Verb {
         /// Key, as applications send it.
         key: String,
     },
+    /// Give a key other parameters of its rule's algorithm at run time, on every
+    /// daemon (stored in Redis beside the key), or clear them.
+    Override {
+        /// Rule name.
+        rule: String,
+        /// Key, as applications send it.
+        key: String,
+        /// `param=value` pairs (capacity, refill_rate, leak_rate, limit, window) and an
+        /// optional `ttl=<duration>`; or `clear`.
+        #[arg(required = true, num_args = 1..)]
+        params: Vec<String>,
+    },
     /// Every rule and its parameters.
     Rules,
     /// This daemon's hottest keys of a rule over the last minute.
@@ -157,6 +169,14 @@ impl Verb {
             Verb::Reset { rule, key } => {
                 format!("RESET {} {}", field("rule", rule)?, field("key", key)?)
             }
+            Verb::Override { rule, key, params } => {
+                let mut line = format!("OVERRIDE {} {}", field("rule", rule)?, field("key", key)?);
+                for p in params {
+                    line.push(' ');
+                    line.push_str(field("parameter", p)?);
+                }
+                line
+            }
             Verb::Rules => "RULES".into(),
             Verb::Top { rule, n } => format!("TOP {} {n}", field("rule", rule)?),
         })
@@ -177,7 +197,7 @@ impl Verb {
                 }
                 Value::Object(m).to_string()
             }
-            Verb::Reset { .. } => r#"{"ok":true}"#.into(),
+            Verb::Reset { .. } | Verb::Override { .. } => r#"{"ok":true}"#.into(),
             Verb::Rules | Verb::Top { .. } => {
                 let v: Value = serde_json::from_str(reply).map_err(|e| e.to_string())?;
                 v.to_string()
@@ -201,6 +221,11 @@ impl Verb {
                 "reset: {key} under {rule} starts afresh (other daemons' cached DENYs end within their cache.ttl_ms)"
             )),
             Verb::Reset { .. } => Err("expected OK".into()),
+            Verb::Override { rule, key, params } if reply == "OK" => Ok(format!(
+                "override: {key} under {rule}: {} (every daemon's next decision of the key applies it)",
+                params.join(" ")
+            )),
+            Verb::Override { .. } => Err("expected OK".into()),
             Verb::Rules => rules_text(reply),
             Verb::Top { .. } => top_text(reply),
         }

@@ -35,14 +35,15 @@ complete -c ratelimitd -n "__fish_ratelimitd_needs_command" -l print-man -d 'Pri
 complete -c ratelimitd -n "__fish_ratelimitd_needs_command" -s h -l help -d 'Print help'
 complete -c ratelimitd -n "__fish_ratelimitd_needs_command" -s V -l version -d 'Print version'
 complete -c ratelimitd -n "__fish_ratelimitd_needs_command" -f -a "ctl" -d 'Ask a running daemon: inspect or reset a key, list the rules, the hottest keys (operators only: server.admin_uids / admin_gids)'
-complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and not __fish_seen_subcommand_from inspect reset rules top" -l socket -d 'The daemon\'s socket (default: server.socket of --config)' -r -F
-complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and not __fish_seen_subcommand_from inspect reset rules top" -s c -l config -d 'Configuration whose server.socket to use (default: /etc/ratelimitd/ratelimitd.toml)' -r -F
-complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and not __fish_seen_subcommand_from inspect reset rules top" -l json -d 'Print JSON instead of text'
-complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and not __fish_seen_subcommand_from inspect reset rules top" -s h -l help -d 'Print help'
-complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and not __fish_seen_subcommand_from inspect reset rules top" -f -a "inspect" -d 'A key\'s state (a CHECK of cost 0, nothing taken), the rule\'s parameters, and what this daemon holds for the key'
-complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and not __fish_seen_subcommand_from inspect reset rules top" -f -a "reset" -d 'Delete a key\'s state: in Redis, in this daemon\'s deny cache and local buckets'
-complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and not __fish_seen_subcommand_from inspect reset rules top" -f -a "rules" -d 'Every rule and its parameters'
-complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and not __fish_seen_subcommand_from inspect reset rules top" -f -a "top" -d 'This daemon\'s hottest keys of a rule over the last minute'
+complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and not __fish_seen_subcommand_from inspect reset override rules top" -l socket -d 'The daemon\'s socket (default: server.socket of --config)' -r -F
+complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and not __fish_seen_subcommand_from inspect reset override rules top" -s c -l config -d 'Configuration whose server.socket to use (default: /etc/ratelimitd/ratelimitd.toml)' -r -F
+complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and not __fish_seen_subcommand_from inspect reset override rules top" -l json -d 'Print JSON instead of text'
+complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and not __fish_seen_subcommand_from inspect reset override rules top" -s h -l help -d 'Print help'
+complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and not __fish_seen_subcommand_from inspect reset override rules top" -f -a "inspect" -d 'A key\'s state (a CHECK of cost 0, nothing taken), the rule\'s parameters, and what this daemon holds for the key'
+complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and not __fish_seen_subcommand_from inspect reset override rules top" -f -a "reset" -d 'Delete a key\'s state: in Redis, in this daemon\'s deny cache and local buckets'
+complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and not __fish_seen_subcommand_from inspect reset override rules top" -f -a "override" -d 'Give a key other parameters of its rule\'s algorithm at run time, on every daemon (stored in Redis beside the key), or clear them'
+complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and not __fish_seen_subcommand_from inspect reset override rules top" -f -a "rules" -d 'Every rule and its parameters'
+complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and not __fish_seen_subcommand_from inspect reset override rules top" -f -a "top" -d 'This daemon\'s hottest keys of a rule over the last minute'
 complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and __fish_seen_subcommand_from inspect" -l socket -d 'The daemon\'s socket (default: server.socket of --config)' -r -F
 complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and __fish_seen_subcommand_from inspect" -s c -l config -d 'Configuration whose server.socket to use (default: /etc/ratelimitd/ratelimitd.toml)' -r -F
 complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and __fish_seen_subcommand_from inspect" -l json -d 'Print JSON instead of text'
@@ -51,6 +52,10 @@ complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and __fish_se
 complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and __fish_seen_subcommand_from reset" -s c -l config -d 'Configuration whose server.socket to use (default: /etc/ratelimitd/ratelimitd.toml)' -r -F
 complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and __fish_seen_subcommand_from reset" -l json -d 'Print JSON instead of text'
 complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and __fish_seen_subcommand_from reset" -s h -l help -d 'Print help'
+complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and __fish_seen_subcommand_from override" -l socket -d 'The daemon\'s socket (default: server.socket of --config)' -r -F
+complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and __fish_seen_subcommand_from override" -s c -l config -d 'Configuration whose server.socket to use (default: /etc/ratelimitd/ratelimitd.toml)' -r -F
+complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and __fish_seen_subcommand_from override" -l json -d 'Print JSON instead of text'
+complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and __fish_seen_subcommand_from override" -s h -l help -d 'Print help'
 complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and __fish_seen_subcommand_from rules" -l socket -d 'The daemon\'s socket (default: server.socket of --config)' -r -F
 complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and __fish_seen_subcommand_from rules" -s c -l config -d 'Configuration whose server.socket to use (default: /etc/ratelimitd/ratelimitd.toml)' -r -F
 complete -c ratelimitd -n "__fish_ratelimitd_using_subcommand ctl; and __fish_seen_subcommand_from rules" -l json -d 'Print JSON instead of text'

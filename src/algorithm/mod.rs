@@ -49,6 +49,57 @@ pub struct Outcome {
     /// On DENY, ms until the same request could be allowed (ceil). On ALLOW, the ms the
     /// caller should wait before doing the work: non-zero only for the leaky bucket.
     pub wait_ms: u64,
+    /// The run-time override (`OVERRIDE`) Redis decided the key under, if any; never
+    /// set by a local decision.
+    pub tier: Option<Tier>,
+}
+
+/// A run-time override's parameters as a decision script reports them (`lua/prelude.lua`
+/// tiered()): the capacity or limit, and the rate or window as 64 bits (a rate's `f64`
+/// bits, a window's ms), which the script returns as two 32-bit integers, exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Tier {
+    /// The capacity (buckets) or limit (windows).
+    pub limit: u64,
+    /// [`Per`] as 64 bits: `f64::to_bits` of a rate, or a window in ms.
+    pub per_bits: u64,
+}
+
+impl Tier {
+    /// The tier of `algorithm`'s parameters.
+    pub fn of(algorithm: &Algorithm) -> Self {
+        let per_bits = match algorithm.per {
+            Per::Rate(r) => r.to_bits(),
+            Per::WindowMs(ms) => ms,
+        };
+        Tier {
+            limit: algorithm.limit,
+            per_bits,
+        }
+    }
+
+    /// The algorithm `kind` with these parameters, if they are valid for it (a
+    /// capacity or limit of 1 to [`MAX_LIMIT`]; a finite positive rate, or a window of
+    /// 1 ms to [`MAX_WINDOW_MS`]); `None` for anything else read from Redis.
+    pub fn algorithm(&self, kind: Kind) -> Option<Algorithm> {
+        if !(1..=MAX_LIMIT).contains(&self.limit) {
+            return None;
+        }
+        let per = match kind.spec().family {
+            Family::Bucket { .. } => {
+                let r = f64::from_bits(self.per_bits);
+                (r.is_finite() && r > 0.0).then_some(Per::Rate(r))?
+            }
+            Family::Window { .. } | Family::Slots => (1..=MAX_WINDOW_MS)
+                .contains(&self.per_bits)
+                .then_some(Per::WindowMs(self.per_bits))?,
+        };
+        Some(Algorithm {
+            kind,
+            limit: self.limit,
+            per,
+        })
+    }
 }
 
 impl Outcome {
@@ -60,6 +111,7 @@ impl Outcome {
             remaining: remaining.floor().max(0.0) as u64,
             reset_ms: reset as u64,
             wait_ms: wait as u64,
+            tier: None,
         }
     }
 }

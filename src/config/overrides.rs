@@ -8,12 +8,13 @@
 
 use super::rules::{RawRule, Rule};
 use super::{ConfigError, Locator};
+use crate::algorithm::Algorithm;
 use serde::Deserialize;
 use std::sync::Arc;
 use toml::Spanned;
 
 /// One `[[rule.override]]` table as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawOverride {
     key: Option<Spanned<String>>,
@@ -91,18 +92,128 @@ impl RawRule {
             merged.limit = o.limit.clone().or(merged.limit);
             merged.window = o.window.clone().or(merged.window);
             let algorithm = merged.algorithm(spanned.span(), &field, at)?;
-            let mut rule = base.clone();
-            rule.algorithm = algorithm;
-            rule.params = algorithm.params(1);
-            rule.fallback_params = algorithm.params(base.fallback_hosts);
-            rule.window_ms = algorithm.window_ms();
-            rule.overrides = Vec::new();
             out.push(Override {
                 keys,
-                rule: Arc::new(rule),
+                rule: Arc::new(base.with_algorithm(algorithm)),
             });
         }
         Ok(out)
+    }
+}
+
+impl Rule {
+    /// This rule with `algorithm`'s parameters: an override's rule (same name, so the
+    /// same key in Redis; no overrides of its own).
+    pub fn with_algorithm(&self, algorithm: Algorithm) -> Rule {
+        let mut rule = self.clone();
+        rule.algorithm = algorithm;
+        rule.params = algorithm.params(1);
+        rule.fallback_params = algorithm.params(self.fallback_hosts);
+        rule.window_ms = algorithm.window_ms();
+        rule.overrides = Vec::new();
+        rule
+    }
+}
+
+/// The parameters a run-time override (`OVERRIDE <rule> <key> <param>=<value>...`) may
+/// name: those of `[[rule.override]]`.
+pub const RUN_TIME_PARAMS: [&str; 5] = ["capacity", "refill_rate", "leak_rate", "limit", "window"];
+
+/// The algorithm of a run-time override of `base` (`OVERRIDE`): `pairs` (`param`,
+/// `value`) replace `base`'s parameters, validated as `[[rule.override]]` is (the same
+/// checks and messages); the parameters not named stay `base`'s.
+///
+/// # Errors
+/// `"<param>: <why>"`: a parameter that is not one of [`RUN_TIME_PARAMS`], one the
+/// rule's algorithm does not take, named twice, a value that does not parse, or one out
+/// of range.
+pub fn run_time(base: &Rule, pairs: &[(&str, &str)]) -> Result<Algorithm, String> {
+    let span = 0..0;
+    let a = base.algorithm;
+    let mut raw = RawOverride::default();
+    match a.kind.spec().family {
+        crate::algorithm::Family::Bucket { rate } => {
+            raw.capacity = Some(Spanned::new(span.clone(), a.limit));
+            let r = Some(Spanned::new(span.clone(), a.per.rate()));
+            if rate == "leak_rate" {
+                raw.leak_rate = r;
+            } else {
+                raw.refill_rate = r;
+            }
+        }
+        _ => {
+            raw.limit = Some(Spanned::new(span.clone(), a.limit));
+            let ms = a.per.window_ms();
+            raw.window = Some(Spanned::new(span.clone(), format!("{ms}ms")));
+        }
+    }
+    let mut seen: Vec<&str> = Vec::new();
+    for &(param, value) in pairs {
+        if seen.contains(&param) {
+            return Err(format!("{param}: given twice"));
+        }
+        seen.push(param);
+        let count = || {
+            value
+                .parse::<u64>()
+                .map(|v| Some(Spanned::new(span.clone(), v)))
+                .map_err(|_| format!("{param}: '{value}' is not a whole number"))
+        };
+        let rate = || match value.parse::<f64>() {
+            Ok(v) if v.is_finite() => Ok(Some(Spanned::new(span.clone(), v))),
+            _ => Err(format!("{param}: '{value}' is not a number of units/s")),
+        };
+        match param {
+            "capacity" => raw.capacity = count()?,
+            "limit" => raw.limit = count()?,
+            "refill_rate" => raw.refill_rate = rate()?,
+            "leak_rate" => raw.leak_rate = rate()?,
+            "window" => raw.window = Some(Spanned::new(span.clone(), value.to_owned())),
+            _ => {
+                return Err(format!(
+                    "{param}: not a parameter of an override (it takes {})",
+                    RUN_TIME_PARAMS.join(", ")
+                ))
+            }
+        }
+    }
+    let mut rule = RawRule::bare(base.name.clone(), a.kind);
+    rule.capacity = raw.capacity;
+    rule.refill_rate = raw.refill_rate;
+    rule.leak_rate = raw.leak_rate;
+    rule.limit = raw.limit;
+    rule.window = raw.window;
+    let at = Locator {
+        origin: "OVERRIDE",
+        text: "",
+    };
+    rule.algorithm(span, &|name: &str| name.to_owned(), &at)
+        .map_err(|e| match e {
+            ConfigError::Invalid { field, message, .. } => format!("{field}: {message}"),
+            other => other.to_string(),
+        })
+}
+
+/// `algorithm`'s parameters as `param=value` pairs (a run-time override's text, shown
+/// by `INSPECT`).
+pub fn text(algorithm: &Algorithm) -> String {
+    match algorithm.kind.spec().family {
+        crate::algorithm::Family::Bucket { rate } => {
+            format!(
+                "capacity={} {rate}={}",
+                algorithm.limit,
+                algorithm.per.rate()
+            )
+        }
+        crate::algorithm::Family::Window { .. } => {
+            let w = std::time::Duration::from_millis(algorithm.per.window_ms());
+            format!(
+                "limit={} window={}",
+                algorithm.limit,
+                humantime::format_duration(w).to_string().replace(' ', "")
+            )
+        }
+        crate::algorithm::Family::Slots => format!("limit={}", algorithm.limit),
     }
 }
 
@@ -148,6 +259,34 @@ mod tests {
         assert_eq!(limit("u"), None);
         // Parameters not given are the rule's.
         assert_eq!(find(o, b"t:x").unwrap().rule.algorithm.per.rate(), 10.0);
+    }
+
+    #[test]
+    fn run_time_overrides_are_checked_as_static_ones() {
+        let c = parse("").unwrap();
+        let r = &c.rules["r"];
+        let a = run_time(r, &[("capacity", "200")]).unwrap();
+        assert_eq!((a.limit, a.per.rate()), (200, 10.0));
+        assert_eq!(text(&a), "capacity=200 refill_rate=10");
+        let t = crate::algorithm::Tier::of(&a);
+        assert_eq!(t.algorithm(a.kind), Some(a));
+        for (pairs, names) in [
+            (vec![("limit", "5")], "limit: token_bucket has no 'limit'"),
+            (vec![("capacity", "0")], "capacity: must be an integer"),
+            (
+                vec![("capacity", "x")],
+                "capacity: 'x' is not a whole number",
+            ),
+            (vec![("refill_rate", "0")], "refill_rate: must be a number"),
+            (vec![("colour", "1")], "colour: not a parameter"),
+            (
+                vec![("capacity", "2"), ("capacity", "3")],
+                "capacity: given twice",
+            ),
+        ] {
+            let e = run_time(r, &pairs).unwrap_err();
+            assert!(e.starts_with(names), "{pairs:?}: {e}");
+        }
     }
 
     #[test]

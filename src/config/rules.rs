@@ -232,6 +232,29 @@ impl RawRule {
         Ok(on)
     }
 
+    /// A rule named `name` of algorithm `kind` with nothing else set (the parameters
+    /// are the caller's to fill in: a run-time override's validation).
+    pub(super) fn bare(name: String, kind: Kind) -> Self {
+        RawRule {
+            name: Spanned::new(0..0, name),
+            algorithm: Some(Spanned::new(0..0, kind)),
+            capacity: None,
+            refill_rate: None,
+            leak_rate: None,
+            limit: None,
+            window: None,
+            max_hold: None,
+            on_redis_failure: OnRedisFailure::default(),
+            fallback_hosts: None,
+            allow_uids: None,
+            allow_gids: None,
+            lease: None,
+            all_of: None,
+            overrides: Vec::new(),
+            shadow: false,
+        }
+    }
+
     /// The algorithm with its parameters, each checked and named in errors.
     pub(super) fn algorithm(
         &self,

@@ -308,6 +308,7 @@ mod tests {
             remaining: 0,
             reset_ms: 20_000_000,
             wait_ms: 1000,
+            tier: None,
         };
         local.observe(7, &r, &drained, 1.0e15);
         assert!(!decide_without_redis(&local, &r, 7, 1, 1.0e15 + 1000.0).allowed);
@@ -360,6 +361,7 @@ mod tests {
                 remaining: 0,
                 reset_ms: 60_000,
                 wait_ms: 60_000,
+                tier: None,
             };
             local.observe(1, &r, &drained, now);
             let d = decide_without_redis(&local, &r, 1, 1, now + 1000.0);

@@ -28,6 +28,7 @@ mod refund;
 pub mod slots;
 #[cfg(test)]
 mod tests;
+mod tiers;
 
 use crate::admission::Peer;
 use crate::cache::{DenyCache, Lookup};
@@ -192,6 +193,8 @@ pub struct Limiter<S: Store = RedisStore> {
     /// runs.
     slots: slots::Holdings<S::Key>,
     renewer: std::sync::OnceLock<()>,
+    /// The run-time overrides (`OVERRIDE`) seen in Redis's replies, by key.
+    tiers: tiers::Tiers,
 }
 
 /// Per-key Redis errors are logged at most this often.
@@ -252,6 +255,12 @@ pub enum CheckError {
     Composite {
         /// The rule.
         rule: String,
+    },
+    /// `OVERRIDE` refused: a rule that cannot take one, or a bad parameter.
+    #[error("{message}")]
+    Override {
+        /// Why.
+        message: String,
     },
     /// The rule takes leases (`lease = "auto"`): its units are answered one key at a
     /// time from leases, so it cannot be decided together with others or given back.
@@ -315,6 +324,7 @@ impl<S: Store> Limiter<S> {
             refreshes: refresh::Refreshes::new(Duration::from_millis(grace_ms)),
             slots: slots::Holdings::new(),
             renewer: std::sync::OnceLock::new(),
+            tiers: tiers::Tiers::new(config.fallback.max_keys),
         }
     }
 
@@ -325,6 +335,7 @@ impl<S: Store> Limiter<S> {
     pub fn replace_rules(&self, rules: Rules) {
         let active = activate(rules, &self.rules.load());
         self.rules.store(Arc::new(active));
+        self.tiers.clear();
         self.cache.clear();
         self.leases.retire();
     }
@@ -441,8 +452,13 @@ impl<S: Store> Limiter<S> {
                 rule: rule.name.clone(),
             }));
         }
-        // A per-key override decides with its own parameters.
-        let entry = entry.for_key(key);
+        // A per-key override decides with its own parameters; a run-time one
+        // (`OVERRIDE`, as last seen from Redis) wins over a static one.
+        let base = entry.for_key(key);
+        let tiered = self
+            .tiers
+            .get_with(|| self.keys.of(base.rule.name.as_bytes(), key));
+        let entry = tiered.as_ref().unwrap_or(base);
         let rule = &entry.rule;
         // Against the rules in force for this request: a reload that removes a uid
         // applies to connections already open.
@@ -453,7 +469,8 @@ impl<S: Store> Limiter<S> {
                 gid: peer.gid,
             }));
         }
-        if u64::from(cost) > rule.limit() {
+        // Above the rule's own limit too: an override seen may be stale (Redis says).
+        if u64::from(cost) > rule.limit() && u64::from(cost) > base.rule.limit() {
             return Check::Ready(Err(CheckError::CostAboveLimit {
                 cost,
                 rule: rule.name.clone(),
@@ -513,6 +530,7 @@ impl<S: Store> Limiter<S> {
             redis: Arc::clone(redis),
             route,
             entry: Arc::clone(entry),
+            base: Arc::clone(base),
             redis_key,
             key,
             cost,

@@ -46,6 +46,11 @@ pub struct Inspection {
     pub store_error: Option<String>,
     /// A `concurrency` rule's slots (`None` for the rate algorithms).
     pub slots: Option<SlotsSeen>,
+    /// The key's run-time override (`OVERRIDE`) in Redis, as `param=value` pairs;
+    /// `None` without one (or when Redis was not asked).
+    pub override_text: Option<String>,
+    /// That override's remaining ttl, ms (`None`: until cleared).
+    pub override_ttl_ms: Option<u64>,
 }
 
 /// What `INSPECT` reports of a `concurrency` key's slots.
@@ -83,7 +88,11 @@ impl<S: Store> Limiter<S> {
     }
 
     /// The entry of rule `rule` and the hash of its tag with `key`.
-    fn operated(&self, rule: &[u8], key: &[u8]) -> Result<(Arc<ActiveRule>, KeyHash), CheckError> {
+    pub(super) fn operated(
+        &self,
+        rule: &[u8],
+        key: &[u8],
+    ) -> Result<(Arc<ActiveRule>, KeyHash), CheckError> {
         let rules = self.rules.load();
         let entry = std::str::from_utf8(rule)
             .ok()
@@ -130,6 +139,8 @@ impl<S: Store> Limiter<S> {
             local_bucket: self.local.holds(hash),
             store_error: None,
             slots: None,
+            override_text: None,
+            override_ttl_ms: None,
             rule,
         };
         let slots = (seen.rule.params.kind() == Kind::Concurrency).then(|| SlotsSeen {
@@ -178,15 +189,28 @@ impl<S: Store> Limiter<S> {
             return Ok(Box::pin(std::future::ready(seen)));
         };
         let slot = peer.call_permit().ok_or_else(|| self.busy(peer))?;
+        // The override's text and ttl: a second call, when a slot is free.
+        let second = peer.call_permit();
         let (this, redis) = (Arc::clone(self), Arc::clone(redis));
+        let base = Arc::clone(entry.for_key(key));
         Ok(Box::pin(async move {
             let r = Arc::clone(&seen.rule);
+            if let Some(second) = second {
+                let (route, key) = (route.clone(), redis_key.clone());
+                if let Ok(Some((text, ttl))) = redis.read_tier(route, key, second).await {
+                    seen.override_text = Some(text);
+                    seen.override_ttl_ms = ttl;
+                }
+            }
             match redis
                 .decide(route, redis_key, r.params, 0, true, slot)
                 .await
             {
                 Ok(o) => {
+                    let r = this.tiers.resolve(&base, hash, o.tier).rule.clone();
+                    seen.window_ms = r.window_ms;
                     seen.decision = redis_decision(&r, &o);
+                    seen.rule = Arc::clone(&r);
                     if let Some(s) = &mut seen.slots {
                         s.held = Some(r.limit().saturating_sub(o.remaining));
                     }
@@ -254,7 +278,7 @@ impl<S: Store> Limiter<S> {
 
     /// The refusal of an operator's call when `peer` holds its share of the requests in
     /// flight to Redis.
-    fn busy(&self, peer: &Peer) -> CheckError {
+    pub(super) fn busy(&self, peer: &Peer) -> CheckError {
         let limits = peer.in_flight_limits();
         CheckError::Busy {
             uid: peer.uid,

@@ -27,7 +27,11 @@ pub(super) struct Query<S: Store> {
     pub(super) redis: Arc<S>,
     /// Where `redis_key`'s calls go ([`Store::route`]).
     pub(super) route: S::Route,
+    /// The rule in force for the key as this daemon knows it (a run-time override
+    /// seen, else `base`).
     pub(super) entry: Arc<ActiveRule>,
+    /// The rule's own entry for the key (its static override's, if any).
+    pub(super) base: Arc<ActiveRule>,
     pub(super) redis_key: S::Key,
     /// The key of the deny cache and the local buckets.
     pub(super) key: KeyHash,
@@ -41,25 +45,28 @@ impl<S: Store> Query<S> {
     /// The decision a client waits for: Redis's, or on a Redis failure the rule's
     /// `on_redis_failure`, never an error.
     pub(super) async fn decide(self, slot: CallPermit) -> Decided {
-        let rule = &self.entry.rule;
-        let decision = match self.call(slot, false).await {
-            Ok(o) => {
+        let (decision, entry) = match self.call(slot, false).await {
+            Ok((o, entry)) => {
+                let rule = &entry.rule;
                 if rule.on_redis_failure == OnRedisFailure::Local {
                     self.limiter
                         .local
                         .observe(self.key, rule, &o, local_clock_us());
                 }
-                redis_decision(rule, &o)
+                (redis_decision(rule, &o), entry)
             }
-            Err(_) => decide_without_redis(
-                &self.limiter.local,
-                rule,
-                self.key,
-                self.cost,
-                local_clock_us(),
+            Err(_) => (
+                decide_without_redis(
+                    &self.limiter.local,
+                    &self.entry.rule,
+                    self.key,
+                    self.cost,
+                    local_clock_us(),
+                ),
+                Arc::clone(&self.entry),
             ),
         };
-        self.entry.came_back(self.key, decision)
+        entry.came_back(self.key, decision)
     }
 
     /// Starts the refresh of the deny cache's entry for this key on a task of its own:
@@ -69,10 +76,10 @@ impl<S: Store> Query<S> {
     pub(super) fn refresh(self, slot: CallPermit) {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                let rule = &self.entry.rule;
                 // The dry run's DENY is the real one (a DENY takes nothing): the local
                 // bucket follows it, as after any decision from Redis.
-                if let Ok(o) = self.call(slot, true).await {
+                if let Ok((o, entry)) = self.call(slot, true).await {
+                    let rule = &entry.rule;
                     if !o.allowed && rule.on_redis_failure == OnRedisFailure::Local {
                         self.limiter
                             .local
@@ -89,9 +96,16 @@ impl<S: Store> Query<S> {
     /// this key's own is logged when a request is decided without Redis because of it
     /// (not for a dry run: the next request's call logs it).
     ///
+    /// Answers the outcome with the entry in force for the key as Redis decided it
+    /// (under a run-time override, the override's: [`super::tiers::Tiers::resolve`]).
+    ///
     /// # Errors
     /// The [`StoreError`] of a failed call, already counted.
-    async fn call(&self, slot: CallPermit, peek: bool) -> Result<Outcome, StoreError> {
+    async fn call(
+        &self,
+        slot: CallPermit,
+        peek: bool,
+    ) -> Result<(Outcome, Arc<ActiveRule>), StoreError> {
         let rule = &self.entry.rule;
         let asked = Instant::now();
         let asked_us = local_clock_us();
@@ -103,7 +117,10 @@ impl<S: Store> Query<S> {
             .decide(
                 self.route.clone(),
                 self.redis_key.clone(),
-                rule.params,
+                // The rule's own parameters, never an override's as last seen: the
+                // script puts the override in force now in their place, and one
+                // cleared since must not outlive its clearing.
+                self.base.rule.params,
                 self.cost,
                 peek,
                 slot,
@@ -113,13 +130,14 @@ impl<S: Store> Query<S> {
         limiter.redis_calls.took(asked.elapsed());
         match answer {
             Ok(o) => {
+                let entry = limiter.tiers.resolve(&self.base, self.key, o.tier);
                 // Not remembered if a reload cleared the cache meanwhile (its generation
                 // moved on): this DENY was computed with the old limits.
-                let d = redis_decision(rule, &o);
+                let d = redis_decision(&entry.rule, &o);
                 limiter
                     .cache
                     .remember(self.key, self.cost, &d, asked_us, self.generation, peek);
-                Ok(o)
+                Ok((o, entry))
             }
             Err(e) => {
                 match &e {

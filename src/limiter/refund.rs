@@ -99,9 +99,15 @@ impl<S: Store> Limiter<S> {
                 .give_back(route, vec![(store_key, params, units, None)], permit)
                 .await;
             this.redis_calls.took(asked.elapsed());
+            let mut window_ms = window_ms;
             let rule = &entry.rule;
             let decision: Decision = match answer {
-                Ok(outcomes) if outcomes.len() == 1 => redis_decision(rule, &outcomes[0]),
+                Ok(outcomes) if outcomes.len() == 1 => {
+                    // The limit stated is the key's run-time override's, if it has one.
+                    let e = this.tiers.resolve(&entry, hash, outcomes[0].tier);
+                    window_ms = e.rule.window_ms;
+                    redis_decision(&e.rule, &outcomes[0])
+                }
                 other => {
                     if let Err(StoreError::Unavailable { kind, .. }) = &other {
                         this.redis_calls.failed(kind);

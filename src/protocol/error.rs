@@ -25,6 +25,8 @@ pub enum ErrorCode {
     /// `RELEASE` of a token the key does not hold (never handed out, already given
     /// back, or lapsed).
     Token,
+    /// A parameter of `OVERRIDE` that the rule does not take, or a bad value.
+    Param,
     /// The peer's credentials are not in `server.allow_uids` / `server.allow_gids`; sent
     /// once at connect, then the connection closes.
     Perm,
@@ -43,6 +45,7 @@ impl ErrorCode {
             ErrorCode::Internal => "INTERNAL",
             ErrorCode::Perm => "PERM",
             ErrorCode::Token => "TOKEN",
+            ErrorCode::Param => "PARAM",
         }
     }
 }

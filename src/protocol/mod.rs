@@ -6,16 +6,19 @@
 //!
 //! * [`frame`]: [`LineDecoder`] splits a byte stream into [`Frame`]s;
 //! * [`request`]: [`parse`] turns one line into a [`Request`] or a [`ProtoError`];
+//! * [`overrides`]: the fields of an `OVERRIDE` ([`OverrideRequest`]);
 //! * [`reply`]: [`Reply`] is what goes back, [`Reply::encode`] appends its wire form;
 //! * [`error`]: the `ERR <CODE> <message>` replies.
 
 pub mod error;
 pub mod frame;
+pub mod overrides;
 pub mod reply;
 pub mod request;
 
 pub use error::{printable, ErrorCode, ProtoError};
 pub use frame::{Found, Frame, LineDecoder};
+pub use overrides::OverrideRequest;
 pub use reply::Reply;
 pub use request::{parse, Request, Triple, Triples, MAX_COST, MAX_KEY_LEN, MAX_TRIPLES};
 

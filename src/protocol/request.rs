@@ -104,6 +104,10 @@ pub enum Request<'a> {
         /// A valid key.
         key: &'a [u8],
     },
+    /// `OVERRIDE <rule> <key> <param>=<value>... [ttl=<duration>]` or `OVERRIDE <rule>
+    /// <key> clear` (operators only): a run-time override of the key's parameters →
+    /// `OK` (boxed: the other requests stay small).
+    Override(Box<super::overrides::OverrideRequest<'a>>),
     /// `RULES` (operators only): every rule and its parameters, one line of JSON.
     Rules,
     /// `TOP <rule> [<n>]` (operators only): the rule's hottest keys, one line of JSON.
@@ -164,6 +168,7 @@ const VERBS: &[Verb] = &[
     Verb::client("QUIT", |args| args.none("QUIT", Request::Quit)),
     Verb::operator("INSPECT", inspect),
     Verb::operator("RESET", reset),
+    Verb::operator("OVERRIDE", override_),
     Verb::operator("RULES", |args| args.none("RULES", Request::Rules)),
     Verb::operator("TOP", top),
 ];
@@ -251,6 +256,19 @@ pub fn parse(line: &[u8]) -> Result<Request<'_>, ProtoError> {
         Some(v) => (v.parse)(&Args::collect(fields)),
         None => Err(unknown_verb(verb)),
     }
+}
+
+/// `OVERRIDE <rule> <key> <param>=<value>... [ttl=<duration>]` or `OVERRIDE <rule> <key>
+/// clear`: the fields are read by [`super::overrides::parse`].
+fn override_<'a>(args: &Args<'a>) -> Result<Request<'a>, ProtoError> {
+    if args.count > MAX_FIELDS {
+        return Err(ProtoError::new(
+            ErrorCode::Proto,
+            "OVERRIDE takes <rule> <key> <param>=<value>... [ttl=<duration>], or <rule> <key> clear",
+        ));
+    }
+    super::overrides::parse(args.fields[..args.count].iter().copied())
+        .map(|o| Request::Override(Box::new(o)))
 }
 
 /// `PROTO` naming the verb sent and every verb of [`VERBS`].
@@ -390,7 +408,7 @@ fn parse_count(field: &[u8]) -> Option<u32> {
     (1..=u64::from(MAX_TOP_N)).contains(&n).then_some(n as u32)
 }
 
-fn check_key(key: &[u8]) -> Result<(), ProtoError> {
+pub(super) fn check_key(key: &[u8]) -> Result<(), ProtoError> {
     if key.len() > MAX_KEY_LEN {
         return Err(ProtoError::new(
             ErrorCode::Key,

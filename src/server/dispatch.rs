@@ -207,6 +207,7 @@ fn refusal(e: CheckError, rule: &[u8]) -> ProtoError {
         CheckError::Forbidden { .. } => ProtoError::new(ErrorCode::Perm, e.to_string()),
         CheckError::Busy { .. } => ProtoError::new(ErrorCode::Busy, e.to_string()),
         CheckError::Leased { .. } => ProtoError::new(ErrorCode::Rule, e.to_string()),
+        CheckError::Override { .. } => ProtoError::new(ErrorCode::Param, e.to_string()),
         CheckError::Composite { .. } => ProtoError::new(ErrorCode::Internal, e.to_string()),
     };
     metrics::error_reply(error.code);

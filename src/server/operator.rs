@@ -1,4 +1,4 @@
-//! The operator verbs on the wire: `INSPECT`, `RESET`, `RULES`, `TOP` (docs/PROTOCOL.md
+//! The operator verbs on the wire: `INSPECT`, `RESET`, `OVERRIDE`, `RULES`, `TOP` (docs/PROTOCOL.md
 //! "Operator verbs"), for peers in `server.admin_uids` / `admin_gids` only; any other
 //! peer gets `ERR PERM` and its connection stays open.
 //!
@@ -23,6 +23,7 @@ pub fn handle(limiter: &Arc<Limiter>, request: &Request<'_>, peer: &Peer) -> Opt
     let verb = match request {
         Request::Inspect { .. } => "INSPECT",
         Request::Reset { .. } => "RESET",
+        Request::Override(_) => "OVERRIDE",
         Request::Rules => "RULES",
         Request::Top { .. } => "TOP",
         _ => return None,
@@ -58,6 +59,20 @@ pub fn handle(limiter: &Arc<Limiter>, request: &Request<'_>, peer: &Peer) -> Opt
             })),
             Err(e) => refused(e, rule),
         },
+        Request::Override(ref o) => {
+            match limiter.set_override(o.rule, o.key, &o.params, o.ttl_ms, peer) {
+                Ok(pending) => Answer::Pending(Box::pin(async move {
+                    match pending.await {
+                        Ok(()) => Reply::Ok,
+                        Err(why) => {
+                            metrics::error_reply(ErrorCode::Internal);
+                            ProtoError::new(ErrorCode::Internal, why).into()
+                        }
+                    }
+                })),
+                Err(e) => refused(e, o.rule),
+            }
+        }
         Request::Rules => {
             let rules: Vec<Value> = limiter.rules().iter().map(|r| rule_json(r)).collect();
             ready(Reply::Text(json!({ "rules": rules }).to_string()))
@@ -91,6 +106,7 @@ fn refused(e: CheckError, rule: &[u8]) -> Answer {
         ),
         CheckError::KeyTooLong => ProtoError::new(ErrorCode::Key, e.to_string()),
         CheckError::Busy { .. } => ProtoError::new(ErrorCode::Busy, e.to_string()),
+        CheckError::Override { .. } => ProtoError::new(ErrorCode::Param, e.to_string()),
         other => ProtoError::new(ErrorCode::Internal, other.to_string()),
     })
 }
@@ -222,6 +238,18 @@ fn inspect_line(key: &str, i: &Inspection) -> String {
             ("slots_held_here".into(), s.held_here.to_string()),
             ("max_hold_ms".into(), s.max_hold_ms.to_string()),
         ]);
+    }
+    f.push((
+        "override".into(),
+        i.override_text
+            .as_deref()
+            .map_or_else(|| "none".into(), |t| t.replace(' ', ",")),
+    ));
+    if i.override_text.is_some() {
+        f.push((
+            "override_ttl_ms".into(),
+            or_none(i.override_ttl_ms.map(|ms| ms.to_string())),
+        ));
     }
     if let Some(e) = &i.store_error {
         // One field: spaces would split it.

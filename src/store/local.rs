@@ -51,6 +51,7 @@ impl LocalStore {
             remaining: d.remaining,
             reset_ms: d.reset_ms,
             wait_ms: d.wait_ms,
+            tier: None,
         }
     }
 }

@@ -204,6 +204,55 @@ pub trait Store: Send + Sync + 'static {
         drop((route, key, hold));
         std::future::ready(Ok(()))
     }
+
+    /// Writes (`Some`) or deletes (`None`) the run-time override of `key`
+    /// (`OVERRIDE`), stored beside the key's state and read by its decision script,
+    /// within [`Store::timeout`]; `hold` as for [`Store::decide`]. Default: a store
+    /// whose decisions read no override keeps none (the limiter remembers it).
+    ///
+    /// # Errors
+    /// As [`Store::decide`].
+    fn set_tier<H: Send + 'static>(
+        self: &Arc<Self>,
+        route: Self::Route,
+        key: Self::Key,
+        tier: Option<TierRecord>,
+        hold: H,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        drop((route, key, tier, hold));
+        std::future::ready(Ok(()))
+    }
+
+    /// The run-time override of `key` as written (`param=value` text) and the ms it
+    /// has left (`None`: no ttl), or `None` when it has none (`INSPECT`). Default: none.
+    ///
+    /// # Errors
+    /// As [`Store::decide`].
+    fn read_tier<H: Send + 'static>(
+        self: &Arc<Self>,
+        route: Self::Route,
+        key: Self::Key,
+        hold: H,
+    ) -> impl Future<Output = Result<Option<(String, Option<u64>)>, StoreError>> + Send {
+        drop((route, key, hold));
+        std::future::ready(Ok(None))
+    }
+}
+
+/// A run-time override as the store keeps it (`lua/prelude.lua` override()): the
+/// decision script's first two arguments under it, its limit, its rate or window as 64
+/// bits ([`crate::algorithm::Tier`]), its `param=value` text, and its ttl (ms; `None`:
+/// until cleared).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TierRecord {
+    /// The replacements of the script's `ARGV[1]` and `ARGV[2]`.
+    pub args: [fred::types::Value; 2],
+    /// The tier reported back with each decision.
+    pub tier: crate::algorithm::Tier,
+    /// `param=value` pairs, space-separated (`INSPECT` shows them).
+    pub text: String,
+    /// Lifetime, ms; `None` until cleared.
+    pub ttl_ms: Option<u64>,
 }
 
 /// A Redis key built once per request (`<prefix>:{<rule>:<key>}:<suffix>`), ready to be

@@ -131,12 +131,13 @@ pub fn taken(reply: &[i64], n: usize) -> Result<Vec<Taken>, Error> {
         .collect()
 }
 
-/// Reads the give-back script's reply for `n` keys: each key's state for a cost of 0.
+/// Reads the give-back script's reply for `n` keys: each key's state for a cost of 0,
+/// with its run-time override if any (a limit of 0: none).
 ///
 /// # Errors
 /// A reply of another length.
 pub fn given_back(reply: &[i64], n: usize) -> Result<Vec<Outcome>, Error> {
-    if reply.len() != 4 * n {
+    if reply.len() != 7 * n {
         return Err(Error::new(
             ErrorKind::Parse,
             format!(
@@ -145,7 +146,10 @@ pub fn given_back(reply: &[i64], n: usize) -> Result<Vec<Outcome>, Error> {
             ),
         ));
     }
-    reply.chunks(4).map(super::scripts::outcome).collect()
+    reply
+        .chunks(7)
+        .map(|c| super::scripts::outcome(if c[4] > 0 { c } else { &c[..4] }))
+        .collect()
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! Nothing here is per algorithm: a new algorithm's `SPEC` and `Shape` give all of it,
 //! except the lease scripts (`lua/lease_*.lua`), listed in [`lease_lua`].
 
-use crate::algorithm::{Arg, Family, Kind, Outcome, Params};
+use crate::algorithm::{Arg, Family, Kind, Outcome, Params, Tier};
 use crate::lease::{Granted, Request};
 use fred::error::{Error, ErrorKind};
 use fred::types::scripts::Script;
@@ -214,20 +214,34 @@ fn value(arg: Arg) -> Value {
     }
 }
 
-/// Reads a script's reply: `{allowed, remaining, reset_ms, wait_ms}`, every script alike.
+/// Reads a script's reply: `{allowed, remaining, reset_ms, wait_ms}`, every script
+/// alike, then, from a decision under a run-time override (`lua/prelude.lua`
+/// tiered()), its limit and the two halves of its rate or window.
 pub fn outcome(reply: &[i64]) -> Result<Outcome, Error> {
-    match *reply {
-        [allowed, remaining, reset_ms, wait_ms] => Ok(Outcome {
-            allowed: allowed == 1,
-            remaining: remaining.max(0) as u64,
-            reset_ms: reset_ms.max(0) as u64,
-            wait_ms: wait_ms.max(0) as u64,
-        }),
-        _ => Err(Error::new(
-            ErrorKind::Parse,
-            format!("script returned {reply:?}, expected 4 integers"),
-        )),
-    }
+    let (head, tier) = match *reply {
+        [a, b, c, d] => ([a, b, c, d], None),
+        [a, b, c, d, limit, high, low] => (
+            [a, b, c, d],
+            Some(Tier {
+                limit: limit.max(0) as u64,
+                per_bits: ((high.max(0) as u64) << 32) | (low.max(0) as u64 & 0xffff_ffff),
+            }),
+        ),
+        _ => {
+            return Err(Error::new(
+                ErrorKind::Parse,
+                format!("script returned {reply:?}, expected 4 or 7 integers"),
+            ))
+        }
+    };
+    let [allowed, remaining, reset_ms, wait_ms] = head;
+    Ok(Outcome {
+        allowed: allowed == 1,
+        remaining: remaining.max(0) as u64,
+        reset_ms: reset_ms.max(0) as u64,
+        wait_ms: wait_ms.max(0) as u64,
+        tier,
+    })
 }
 
 /// The lease script's arguments: the decision's three, `""` for "now" (Redis TIME), then
@@ -297,6 +311,24 @@ mod tests {
         assert_eq!(key("rl", "r:k", &tb), "rl:{r:k}:tb");
         let fw = Params::FixedWindow(WindowParams::shared(3, 1000, 1));
         assert_eq!(key("rl", "r:a}b", &fw), "rl:{r:a b}:fw");
+    }
+
+    #[test]
+    fn a_reply_under_an_override_carries_its_tier() {
+        assert_eq!(outcome(&[1, 2, 3, 4]).unwrap().tier, None);
+        let bits = 0.5f64.to_bits();
+        let o = outcome(&[
+            1,
+            2,
+            3,
+            4,
+            7,
+            (bits >> 32) as i64,
+            (bits & 0xffff_ffff) as i64,
+        ]);
+        let tier = o.unwrap().tier.unwrap();
+        assert_eq!((tier.limit, tier.per_bits), (7, bits));
+        assert!(outcome(&[1, 2, 3, 4, 5]).is_err());
     }
 
     #[test]

@@ -121,6 +121,21 @@ fn ctl_speaks_each_verb_as_text_and_json() {
     let r = parse_reply(&c.request("CHECK api user:1"));
     assert_eq!(r.remaining, 9);
 
+    // override: sent as the verb (this daemon keeps no Redis, so it refuses it).
+    let (code, _, err) = ctl(&[
+        "--socket",
+        &socket,
+        "override",
+        "api",
+        "user:1",
+        "capacity=3",
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("ERR PARAM ") && err.contains("redis.mode"),
+        "{err}"
+    );
+
     // Refusals and bad arguments.
     let (code, _, err) = ctl(&["--socket", &socket, "top", "nope"]);
     assert_eq!(code, 1);

@@ -44,6 +44,7 @@ mod production_redis;
 mod redis_refusals;
 mod refund;
 mod reload_algorithm;
+mod runtime_overrides;
 mod saved_hosts;
 mod shadow;
 mod socket;

@@ -114,7 +114,13 @@ fn each_operator_verb_answers_an_admin_and_refuses_another_uid() {
     // Another uid: ERR PERM for each verb, the connection stays open, its CHECKs are
     // decided as before.
     let mut nobody = AsUser::connect(&d.socket, NOBODY, NOBODY);
-    for verb in ["INSPECT api k", "RESET api k", "RULES", "TOP api 3"] {
+    for verb in [
+        "INSPECT api k",
+        "RESET api k",
+        "OVERRIDE api k capacity=5",
+        "RULES",
+        "TOP api 3",
+    ] {
         let reply = nobody.request(verb);
         assert!(
             reply.starts_with("ERR PERM ") && reply.contains("server.admin_uids"),
