@@ -16,14 +16,24 @@
 //! counted from when the key last took its counter: a lower bound, short by at most the
 //! same `max_error`.
 //!
-//! Cost per decision: one uncontended lock, one lookup by the key's hash (the 64-bit
-//! hash the deny cache already computed), and an `O(log COUNTERS)` sift of a heap of
-//! counter numbers; no allocation once a counter's key buffer has grown to its key.
+//! Sampling: the first [`EXACT_FIRST`] decisions of a rule in an epoch are each
+//! counted; past them, one decision in [`SAMPLE`] (drawn from a mixed sequence number,
+//! so no pattern of keys can line up with it) is counted with weight [`SAMPLE`]. A busy
+//! rule's counts are then estimates: a key decided `c` times is off by about
+//! `√(SAMPLE · c)` (3 % at `c` = 10⁴) on top of `max_error`, and a key decided less than
+//! a few times `SAMPLE` may be missed; the keys that matter to `TOP`, decided
+//! thousands of times a minute, keep their rank. A quiet rule's counts stay exact.
+//!
+//! Cost per decision counted: one uncontended lock, one lookup by the key's hash (the
+//! 64-bit hash the deny cache already computed), and an `O(log COUNTERS)` sift of a heap
+//! of counter numbers; no allocation once a counter's key buffer has grown to its key.
+//! A decision sampled out costs an atomic increment and a multiply.
 //! Memory per rule: at most `EPOCHS × COUNTERS` counters of about 60 bytes plus the
 //! key (≤ 256 bytes): ≤ 160 KiB, typically a tenth of that.
 
 use crate::key::{KeyHash, Prehashed};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Counters per epoch summary: keys decided more than `1 / COUNTERS` of the time are
@@ -34,6 +44,10 @@ pub const EPOCH_MS: u64 = 20_000;
 /// Epochs kept: the current one (partial) and the three before it, so [`RuleKeys::top`]
 /// covers the last 60 to 80 s.
 pub const EPOCHS: usize = 4;
+/// Decisions of a rule counted one by one in each epoch before sampling starts.
+pub const EXACT_FIRST: u64 = 4096;
+/// Past [`EXACT_FIRST`], one decision in this many is counted, with this weight.
+pub const SAMPLE: u64 = 8;
 /// Most keys [`RuleKeys::top`] returns (more than [`COUNTERS`] would list keys whose
 /// counts are mostly error).
 pub const MAX_TOP: usize = COUNTERS;
@@ -95,11 +109,12 @@ impl Summary {
             .map_or(0, |&c| self.counters[usize::from(c)].count)
     }
 
-    fn count(&mut self, hash: KeyHash, key: &[u8], denied: bool) {
-        let denies = u64::from(denied);
+    /// Counts `weight` decisions on `key`.
+    fn count(&mut self, hash: KeyHash, key: &[u8], denied: bool, weight: u64) {
+        let denies = u64::from(denied) * weight;
         if let Some(&c) = self.index.get(&hash) {
             let counter = &mut self.counters[usize::from(c)];
-            counter.count += 1;
+            counter.count += weight;
             counter.denies += denies;
             self.sift_down(usize::from(self.pos[usize::from(c)]));
             return;
@@ -109,7 +124,7 @@ impl Summary {
             let c = self.counters.len() as u16;
             self.counters.push(Counter {
                 hash,
-                count: 1,
+                count: weight,
                 denies,
                 key: key.to_vec(),
             });
@@ -124,7 +139,7 @@ impl Summary {
         let counter = &mut self.counters[usize::from(c)];
         self.index.remove(&counter.hash);
         counter.hash = hash;
-        counter.count += 1;
+        counter.count += weight;
         counter.denies = denies;
         counter.key.clear();
         counter.key.extend_from_slice(key);
@@ -184,14 +199,17 @@ struct Ring {
 impl Ring {
     /// The summary of epoch `id`, started if new. A clock that steps back keeps
     /// counting in the newest epoch.
-    fn at(&mut self, id: u64) -> &mut Summary {
+    /// `true` with it when the epoch is new (its first decisions go uncounted by
+    /// [`RuleKeys::seen`] no longer).
+    fn at(&mut self, id: u64) -> (&mut Summary, bool) {
         let id = id.max(self.newest);
         let summary = &mut self.epochs[(id % EPOCHS as u64) as usize];
-        if summary.id != id {
+        let new = summary.id != id;
+        if new {
             summary.reset(id);
         }
         self.newest = id;
-        summary
+        (summary, new)
     }
 }
 
@@ -200,6 +218,9 @@ impl Ring {
 #[derive(Debug, Default)]
 pub struct RuleKeys {
     ring: Mutex<Ring>,
+    /// The rule's decisions since its newest epoch started (counted or sampled out):
+    /// the sequence [`RuleKeys::weight`] samples.
+    seen: AtomicU64,
 }
 
 /// The epoch of `now_us` (µs since the Unix epoch).
@@ -210,9 +231,29 @@ fn epoch_of(now_us: f64) -> u64 {
 impl RuleKeys {
     /// Counts one decision on `key` (`hash`: its [`crate::key::TagKey`] hash), a DENY
     /// if `denied`, at `now_us` (µs since the Unix epoch, the local clock).
+    /// Sampled past the epoch's first [`EXACT_FIRST`] decisions (the module's doc).
     pub fn record(&self, hash: KeyHash, key: &[u8], denied: bool, now_us: f64) {
+        let Some(weight) = self.weight() else {
+            return;
+        };
         let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
-        ring.at(epoch_of(now_us)).count(hash, key, denied);
+        let (summary, new) = ring.at(epoch_of(now_us));
+        summary.count(hash, key, denied, weight);
+        if new {
+            self.seen.store(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The weight of the next decision: 1 among the epoch's first [`EXACT_FIRST`], then
+    /// [`SAMPLE`] for one in [`SAMPLE`] of them (the sequence number mixed, so that the
+    /// ones picked follow no period), `None` for the others.
+    fn weight(&self) -> Option<u64> {
+        let n = self.seen.fetch_add(1, Ordering::Relaxed);
+        if n < EXACT_FIRST {
+            return Some(1);
+        }
+        let mixed = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (mixed >> 61 == 0).then_some(SAMPLE)
     }
 
     /// Counts a DENY on a key already counted by [`RuleKeys::record`] (a decision that
@@ -370,6 +411,33 @@ mod tests {
         let s = ring.epochs.iter().find(|s| s.id != 0).unwrap();
         assert_eq!(s.counters.len(), COUNTERS);
         assert_eq!(s.index.len(), COUNTERS);
-        assert_eq!(s.counters.iter().map(|c| c.count).sum::<u64>(), 20_000);
+        // Exact for the first EXACT_FIRST, then one in SAMPLE with weight SAMPLE.
+        let sum = s.counters.iter().map(|c| c.count).sum::<u64>();
+        assert!(sum.abs_diff(20_000) <= 4 * SAMPLE, "{sum}");
+    }
+
+    /// Past the exact start, a key decided a third of the time is still counted within
+    /// a few percent of the truth, and ranks first; the keys with one decision each
+    /// are counted about one in SAMPLE.
+    #[test]
+    fn a_busy_rule_is_sampled_and_its_hot_key_keeps_its_count() {
+        let k = RuleKeys::default();
+        let (hot, n) = (hash("hot"), 60_000u64);
+        for i in 0..n {
+            if i % 3 == 0 {
+                k.record(hot, b"hot", i % 6 == 0, T0);
+            } else {
+                let key = format!("u{i}");
+                k.record(hash(&key), key.as_bytes(), false, T0);
+            }
+        }
+        let top = k.top(2, T0);
+        assert_eq!(top[0].key, "hot", "{top:?}");
+        let truth = n / 3;
+        let off = top[0].decisions.abs_diff(truth);
+        assert!(off <= truth / 20, "{:?}: off by {off} of {truth}", top[0]);
+        let denies = top[0].denies.abs_diff(truth / 2);
+        assert!(denies <= truth / 20, "{:?}: denies off by {denies}", top[0]);
+        assert!(top[1].decisions < truth / 10, "{top:?}");
     }
 }

@@ -5,13 +5,17 @@
 //! algorithm script as a function, in order, on its own key. Nothing waits to fill a
 //! batch: a decision that finds fewer than [`MAX_IN_FLIGHT`] batches in flight goes at
 //! once (alone, with its own script, when nothing else waits); the others queue and
-//! leave together when a batch comes back, or as soon as [`MAX_BATCH`] of them wait. So
-//! a decision waits in this queue for at most one batch's round trip, and never while a
-//! full batch could go.
+//! leave together when a batch comes back, or as soon as [`MAX_BATCH`] of them wait, or
+//! once the first of them has waited an eighth of `redis.timeout_ms` ([`QUEUED_AT_MOST`]).
+//! So a decision waits in this queue for at most one batch's round trip, never while a
+//! full batch could go, and never long behind a slow Redis: a Redis answering in
+//! somewhat less than `redis.timeout_ms` answers its decisions in time, batched or not,
+//! where waiting for a batch's round trip and then for its own would take two.
 //!
 //! Each decision keeps its own key and arguments, its reply, its `redis.timeout_ms`
 //! (the caller bounds its wait for the batch's answer, the time queued here included)
-//! and its report to the primary's breaker. A decision's Redis error (a foreign key's
+//! and its report to the primary's breaker, which hears a batch as the one call it is:
+//! every decision carries the batch's send time ([`CallSent`]). A decision's Redis error (a foreign key's
 //! `WRONGTYPE`, `OOM`) is its own reply; an error of the whole call (the connection,
 //! `NOSCRIPT` after the reloads) is every decision's. The probes of an open breaker do
 //! not queue here: they measure Redis.
@@ -28,6 +32,7 @@
 //! Not batched: the sliding window log (its decision reads up to `limit` entries: a
 //! batch would hold all of its decisions as long as the slowest), and lease calls.
 
+use super::health::CallSent;
 use super::redis::RedisStore;
 use super::scripts;
 use super::topology::Primary;
@@ -37,6 +42,7 @@ use fred::error::{Error, ErrorKind};
 use fred::types::{Key, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::time::Instant;
 
@@ -50,6 +56,12 @@ pub const MAX_BATCH: usize = 64;
 /// or at once when [`MAX_BATCH`] of them wait: one call keeps Redis busy while the next
 /// fills, and a decision finding fewer in flight goes at once.
 pub const MAX_IN_FLIGHT: usize = 2;
+
+/// The longest the first decision waiting for a batch in flight to come back waits, as
+/// a share of `redis.timeout_ms` (÷ 8: 12.5 ms of the default 100): past it, the
+/// decisions waiting go in a batch of their own. A healthy Redis answers a batch in well
+/// under a millisecond, so only a slow one meets it.
+pub const QUEUED_AT_MOST: u32 = 8;
 
 /// What a decision's own script replied, or its error.
 pub type Reply = Result<Vec<i64>, Error>;
@@ -79,6 +91,8 @@ pub(super) struct Job {
     /// When its caller started waiting (an `ASK` followed gets what is left of
     /// `redis.timeout_ms`).
     pub since: Instant,
+    /// Stamped when the call carrying it goes out (the breaker counts a call once).
+    pub sent: Arc<CallSent>,
     pub reply: oneshot::Sender<Answer>,
 }
 
@@ -111,9 +125,11 @@ impl Batcher {
         self.tx.send(job).map_err(|e| e.0)
     }
 
-    /// Starts the sender task for `primary` (once; later calls do nothing). It ends when
-    /// the store or the primary goes away (the primary holds this queue).
-    pub fn start(&self, store: Weak<RedisStore>, primary: Weak<Primary>) {
+    /// Starts the sender task for `primary` (once; later calls do nothing), for
+    /// decisions bounded by `timeout` (`redis.timeout_ms`). It ends when the store or
+    /// the primary goes away (the primary holds this queue).
+    pub fn start(&self, store: Weak<RedisStore>, primary: Weak<Primary>, timeout: Duration) {
+        let queued_at_most = timeout / QUEUED_AT_MOST;
         let Some(mut rx) = self.rx.lock().ok().and_then(|mut rx| rx.take()) else {
             return;
         };
@@ -128,6 +144,8 @@ impl Batcher {
                 // A full batch goes at once: the cap on batches in flight only gathers
                 // decisions, it never holds back more than a batch of them.
                 let room = MAX_BATCH.saturating_sub(jobs.len());
+                // Nor does it hold a decision long behind a slow Redis.
+                let waited_enough = jobs.first().map(|j| j.since + queued_at_most);
                 let permit = match Arc::clone(&in_flight).try_acquire_owned() {
                     Ok(permit) => Some(permit),
                     Err(_) if jobs.len() >= MAX_BATCH => None,
@@ -139,6 +157,7 @@ impl Batcher {
                             }
                             None
                         }
+                        () = tokio::time::sleep_until(waited_enough.unwrap_or_else(Instant::now)) => None,
                     },
                 };
                 let (Some(store), Some(primary)) = (store.upgrade(), primary.upgrade()) else {
@@ -161,6 +180,9 @@ impl RedisStore {
     /// (as without batching), more with the batch script, re-loaded on `NOSCRIPT` and
     /// retried as [`RedisStore::run_script_since`] does.
     async fn send_batch(&self, primary: &Primary, mut batch: Vec<Job>) {
+        for job in &batch {
+            job.sent.mark();
+        }
         if batch.len() == 1 {
             if let Some(job) = batch.pop() {
                 let script = self.scripts.of(job.kind);

@@ -4,7 +4,9 @@
 //! Closed: decisions for keys in that primary's slots go to Redis. *Sustained* failure
 //! opens it ([`FAILURES_TO_OPEN`] failed calls in a row, with no success in between,
 //! spanning at least `redis.timeout_ms`; or a connection error the client reports, which
-//! is unambiguous). One late reply, or a burst of late replies behind one slow command,
+//! is unambiguous). A call is what went to Redis: the decisions of one batch
+//! ([`super::batch`]) failed together, as one call, however many there were
+//! ([`CallSent`]). One late reply, or a burst of late replies behind one slow command,
 //! is not an outage; a timeout that this process caused by being late is not counted
 //! at all ([`super::lateness`]). While open, that primary's keys are decided locally at
 //! once, per `on_redis_failure`; keys of the other primaries keep going to Redis. Its
@@ -104,6 +106,9 @@ pub struct PrimaryHealth {
     /// Failed calls in a row, and when the first of them failed ([`mono_us`]).
     failures: AtomicU32,
     first_failure_us: AtomicU64,
+    /// When the latest call counted as failed was sent ([`mono_us`]): the other
+    /// decisions of that call, and of calls sent before it, are not counted again.
+    last_failed_sent_us: AtomicU64,
     /// A failure streak must span this long to open the breaker (`redis.timeout_ms`).
     window_us: u64,
     tripped: Notify,
@@ -122,6 +127,7 @@ impl PrimaryHealth {
             open: AtomicBool::new(open),
             failures: AtomicU32::new(0),
             first_failure_us: AtomicU64::new(0),
+            last_failed_sent_us: AtomicU64::new(0),
             window_us: u64::try_from(window.as_micros()).unwrap_or(u64::MAX),
             tripped: Notify::new(),
             circuit,
@@ -145,9 +151,19 @@ impl PrimaryHealth {
         }
     }
 
-    /// A call failed (not this process's lateness): opens the breaker once the streak
-    /// is sustained ([`FAILURES_TO_OPEN`] in a row spanning `redis.timeout_ms`).
-    pub fn failed(&self, why: &dyn std::fmt::Display) {
+    /// A call sent at `sent_us` ([`mono_us`]) failed (not this process's lateness):
+    /// opens the breaker once the streak is sustained ([`FAILURES_TO_OPEN`] in a row
+    /// spanning `redis.timeout_ms`). A decision of a call already counted (the same
+    /// batch: the same `sent_us`) or of one sent before it adds nothing: a slow batch
+    /// is one late call, not one per decision it carried.
+    pub fn failed(&self, sent_us: u64, why: &dyn std::fmt::Display) {
+        if self
+            .last_failed_sent_us
+            .fetch_max(sent_us, Ordering::AcqRel)
+            >= sent_us
+        {
+            return;
+        }
         let now = mono_us();
         let n = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
         if n == 1 {
@@ -226,12 +242,13 @@ mod tests {
         let c = Arc::new(Circuit::new(false));
         let p = primary(&c);
         for _ in 0..10 {
-            p.failed(&"late");
+            p.failed(mono_us(), &"late");
+            std::thread::sleep(Duration::from_micros(2));
         }
         assert!(!p.is_open());
         p.succeeded();
         std::thread::sleep(Duration::from_millis(25));
-        p.failed(&"late");
+        p.failed(mono_us(), &"late");
         assert!(!p.is_open(), "a success ended the streak");
     }
 
@@ -239,13 +256,59 @@ mod tests {
     fn sustained_failure_opens_that_primary_only_and_a_probe_closes_it() {
         let c = Arc::new(Circuit::new(false));
         let (a, b) = (primary(&c), primary(&c));
-        a.failed(&"x");
-        a.failed(&"x");
+        a.failed(mono_us(), &"x");
+        std::thread::sleep(Duration::from_micros(2));
+        a.failed(mono_us(), &"x");
         std::thread::sleep(Duration::from_millis(25));
-        a.failed(&"x");
+        a.failed(mono_us(), &"x");
         assert!(a.is_open() && !b.is_open() && c.is_open());
         assert_eq!(c.open_primaries(), 1);
         a.close();
         assert!(!a.is_open() && !c.is_open());
+    }
+
+    /// A batch's decisions time out one after another over as long as they queued:
+    /// one call sent once, however long its failures span.
+    #[test]
+    fn the_decisions_of_one_late_call_are_one_failure() {
+        let c = Arc::new(Circuit::new(false));
+        let p = primary(&c);
+        let sent = mono_us();
+        for _ in 0..64 {
+            p.failed(sent, &"late batch");
+        }
+        std::thread::sleep(Duration::from_millis(25));
+        p.failed(sent, &"late batch");
+        p.failed(sent.saturating_sub(1), &"a call sent before it");
+        assert!(!p.is_open(), "one call, however many decisions");
+        let (second, third) = (mono_us(), mono_us() + 1);
+        p.failed(second, &"late");
+        std::thread::sleep(Duration::from_millis(25));
+        p.failed(third, &"late");
+        assert!(p.is_open(), "three calls in a row spanning the window");
+    }
+}
+
+/// When the Redis call carrying a decision went out ([`mono_us`]; 0 while it waits in
+/// this process's batch queue): shared by the decision's caller, which reports a
+/// timeout to the breaker ([`PrimaryHealth::failed`]), and whoever sends it (the batch
+/// sender stamps every decision of a batch with the batch's time).
+#[derive(Debug, Default)]
+pub struct CallSent(AtomicU64);
+
+impl CallSent {
+    /// A call sent now.
+    pub fn now() -> Self {
+        CallSent(AtomicU64::new(mono_us().max(1)))
+    }
+
+    /// The call goes out now (again, when a decision a batch refused goes alone).
+    pub fn mark(&self) {
+        self.0.store(mono_us().max(1), Ordering::Relaxed);
+    }
+
+    /// When it went out; `None` while it has not.
+    pub fn at(&self) -> Option<u64> {
+        Some(self.0.load(Ordering::Relaxed)).filter(|&t| t != 0)
     }
 }

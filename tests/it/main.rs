@@ -19,6 +19,7 @@ mod checkall;
 mod cluster;
 mod cluster_batch;
 mod cluster_batch_moves;
+mod cluster_batch_slow;
 mod cluster_slots;
 mod composite;
 mod concurrency;

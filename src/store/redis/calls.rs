@@ -7,6 +7,7 @@ use super::RedisStore;
 use crate::algorithm::{Outcome, Params};
 use crate::clock::mono_us;
 use crate::lease::{Granted, Request};
+use crate::store::health::CallSent;
 use crate::store::scripts;
 use crate::store::topology::Primary;
 use crate::store::{
@@ -55,8 +56,13 @@ impl Store for RedisStore {
     ) -> impl Future<Output = Result<Outcome, StoreError>> + Send {
         let store = Arc::clone(self);
         let on = Arc::clone(&primary);
-        self.held(primary, hold, async move {
-            store.decide_unbounded(&on, &key, &params, cost, peek).await
+        // Stamped when the decision goes out, alone or in a batch.
+        let sent = Arc::new(CallSent::default());
+        let stamp = Arc::clone(&sent);
+        self.held_sent(primary, hold, sent, async move {
+            store
+                .decide_unbounded(&on, &key, &params, cost, peek, stamp)
+                .await
         })
     }
 
@@ -217,10 +223,13 @@ impl Store for RedisStore {
 
 impl RedisStore {
     /// Waits for `call` (a [`RedisStore::decide_unbounded`] on `primary`) at most
-    /// `redis.timeout_ms`, and tells the primary's breaker how it went. A timeout caused
-    /// by this process's own lateness waits once more (up to another `timeout_ms`) for
-    /// Redis's answer and is not counted against the primary. On a timeout `call` is
-    /// still running: its owner decides whether it runs to its end.
+    /// `redis.timeout_ms`, and tells the primary's breaker how it went, as a failure of
+    /// the Redis call sent at `sent` (one per batch, however many decisions it held; a
+    /// decision still in this process's batch queue was sent by no one, and its timeout
+    /// is not Redis's). A timeout caused by this process's own lateness waits once more
+    /// (up to another `timeout_ms`) for Redis's answer and is not counted against the
+    /// primary. On a timeout `call` is still running: its owner decides whether it runs
+    /// to its end.
     ///
     /// # Errors
     /// What Redis or the connection reported, a timeout, a redirection (the slot moved:
@@ -228,6 +237,7 @@ impl RedisStore {
     pub(super) async fn bounded<F, T>(
         &self,
         primary: &Primary,
+        sent: &CallSent,
         call: &mut F,
     ) -> Result<T, StoreError>
     where
@@ -260,7 +270,7 @@ impl RedisStore {
             Some(Err(e)) => {
                 let e = StoreError::from_redis(e);
                 if let StoreError::Unavailable { .. } = e {
-                    primary.health.failed(&e);
+                    primary.health.failed(sent.at().unwrap_or_else(mono_us), &e);
                 }
                 Err(e)
             }
@@ -269,20 +279,41 @@ impl RedisStore {
                     "no answer within redis.timeout_ms = {}",
                     self.timeout.as_millis()
                 );
-                if !self.lateness.late_since(waited_from) {
-                    primary.health.failed(&why);
+                match sent.at() {
+                    Some(at) if !self.lateness.late_since(waited_from) => {
+                        primary.health.failed(at, &why);
+                    }
+                    _ => {}
                 }
                 Err(StoreError::timeout(why))
             }
         }
     }
 
-    /// Runs `call` on `primary` holding `hold` until Redis is done with it, and waits for
-    /// it at most `redis.timeout_ms` ([`RedisStore::bounded`]).
+    /// Runs `call` (one Redis call, sent now) on `primary` holding `hold` until Redis is
+    /// done with it, and waits for it at most `redis.timeout_ms`
+    /// ([`RedisStore::bounded`]).
     async fn held<T, H, F>(
         self: &Arc<Self>,
         primary: Arc<Primary>,
         hold: H,
+        call: F,
+    ) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        H: Send + 'static,
+        F: Future<Output = Result<T, fred::error::Error>> + Send + 'static,
+    {
+        self.held_sent(primary, hold, Arc::new(CallSent::now()), call)
+            .await
+    }
+
+    /// [`RedisStore::held`] for a call whose sender stamps `sent` when it goes out.
+    async fn held_sent<T, H, F>(
+        self: &Arc<Self>,
+        primary: Arc<Primary>,
+        hold: H,
+        sent: Arc<CallSent>,
         call: F,
     ) -> Result<T, StoreError>
     where
@@ -298,7 +329,7 @@ impl RedisStore {
             },
             HELD_AT_MOST,
         );
-        self.bounded(&primary, &mut call).await
+        self.bounded(&primary, &sent, &mut call).await
     }
 }
 

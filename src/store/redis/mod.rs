@@ -21,7 +21,7 @@ use super::batch::{batchable, Answer, Job};
 use super::connect::{connection_settings, credentials, secrets_fingerprint, servers, tls_files};
 use super::connection_errors::ConnectionErrors;
 use super::credentials::Credentials;
-use super::health::Circuit;
+use super::health::{CallSent, Circuit};
 use super::lateness::Lateness;
 use super::scripts::{self, Scripts};
 use super::tls::Tls;
@@ -285,7 +285,7 @@ impl RedisStore {
     pub(super) fn run_primary(self: &Arc<Self>, primary: &Arc<Primary>) {
         primary
             .batch
-            .start(Arc::downgrade(self), Arc::downgrade(primary));
+            .start(Arc::downgrade(self), Arc::downgrade(primary), self.timeout);
         self.record_errors(&primary.client);
         drop(primary.client.connect());
         let p = Arc::clone(primary);
@@ -372,7 +372,8 @@ impl RedisStore {
     /// ([`super::batch`]), unless it is a sliding window log's (its decision reads up to
     /// `limit` entries, and a batch holds each of its decisions as long as the slowest)
     /// or its slot is in doubt ([`unsettled`]); a decision a cluster batch refused goes
-    /// again on its own.
+    /// again on its own. `sent` is stamped when the call carrying it goes out (the
+    /// batch's, or its own).
     ///
     /// # Errors
     /// What Redis or the connection reports, or a malformed script reply.
@@ -383,6 +384,7 @@ impl RedisStore {
         params: &Params,
         cost: u32,
         peek: bool,
+        sent: Arc<CallSent>,
     ) -> Result<Outcome, Error> {
         let since = Instant::now();
         let batched = batchable(params.kind())
@@ -395,6 +397,7 @@ impl RedisStore {
                 kind: params.kind(),
                 args: decision_args(params, cost, peek),
                 since,
+                sent: Arc::clone(&sent),
                 reply,
             };
             if primary.batch.submit(job).is_ok() {
@@ -412,6 +415,7 @@ impl RedisStore {
                 }
             }
         }
+        sent.mark();
         self.decide_alone_since(primary, key, params, cost, peek, since)
             .await
     }
