@@ -91,15 +91,9 @@ impl<H> Book<H> {
         }
     }
 
-    /// The entry of `key`, made with `home()` if new (`spare_us`: the part of a granted
-    /// lifetime not spent, [`super::CLOCK_JUMP_US`] for buckets); `None` when the book
-    /// is full (the key is decided without a lease).
-    pub fn slot(
-        &self,
-        key: KeyHash,
-        spare_us: u64,
-        home: impl FnOnce() -> H,
-    ) -> Option<Arc<LeasedKey<H>>> {
+    /// The entry of `key`, made with `home()` if new; `None` when the book is full (the
+    /// key is decided without a lease).
+    pub fn slot(&self, key: KeyHash, home: impl FnOnce() -> H) -> Option<Arc<LeasedKey<H>>> {
         let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
         let full = keys.len() >= self.max_keys;
         match keys.entry(key) {
@@ -108,7 +102,6 @@ impl<H> Book<H> {
             std::collections::hash_map::Entry::Vacant(e) => {
                 Some(Arc::clone(e.insert(Arc::new(LeasedKey {
                     state: Mutex::new(State::default()),
-                    spare_us,
                     counts: Arc::clone(&self.counts),
                     call: Arc::new(tokio::sync::Mutex::new(())),
                     ended: tokio::sync::Notify::new(),

@@ -33,6 +33,8 @@ pub(super) struct State {
     pub(super) remaining: u64,
     pub(super) reset_ms: u64,
     pub(super) in_flight: u32,
+    /// The key's highest grant number read in a reply.
+    pub(super) seen: i64,
 }
 
 impl State {

@@ -11,6 +11,7 @@
 //! The harness (daemons, load threads, tallies) is in `harness.rs`.
 
 use crate::common;
+mod clock_jump;
 mod failover;
 mod fairness;
 mod faults;
