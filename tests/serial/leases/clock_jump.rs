@@ -90,6 +90,22 @@ fn redis_time_us(addr: &str) -> i64 {
     t[0].parse::<i64>().expect("s") * 1_000_000 + t[1].parse::<i64>().expect("µs")
 }
 
+/// The grant of each holder's lease (`l:<holder>` = "<units> <deadline> <grant> …") on
+/// `key`.
+fn grants(addr: &str, key: &str) -> std::collections::HashMap<String, u64> {
+    let all = redis_command(addr, &["HGETALL", key])
+        .expect("HGETALL")
+        .into_strings()
+        .expect("HGETALL reply");
+    all.chunks(2)
+        .filter_map(|kv| {
+            let holder = kv[0].strip_prefix("l:")?;
+            let grant = kv[1].split(' ').nth(2)?.parse().ok()?;
+            Some((holder.to_string(), grant))
+        })
+        .collect()
+}
+
 /// Builds the clock shim in `dir`; returns its path.
 fn shim(dir: &std::path::Path) -> std::path::PathBuf {
     let src = dir.join("clockjump.c");
@@ -134,6 +150,9 @@ fn a_forward_jump_of_redis_clock_ends_no_lease_its_holder_may_spend() {
         redis.addr()
     );
     let daemons: Vec<Daemon> = (0..3).map(|_| Daemon::start(&config)).collect();
+    // A fourth daemon, idle: its one CHECK right after each jump is a cold call of the
+    // lease script, which settles the key's leases on Redis's new clock.
+    let bystander = Daemon::start(&config);
     sleep(Duration::from_millis(2500));
 
     let mut offset_us: i64 = 0;
@@ -152,6 +171,8 @@ fn a_forward_jump_of_redis_clock_ends_no_lease_its_holder_may_spend() {
             .collect();
         sleep(Duration::from_secs(2));
         // The jump, while the three daemons hold slices of the drained key.
+        let key = format!("rl:{{jump:{name}}}:tb");
+        let held = grants(&redis.addr(), &key);
         let before = redis_time_us(&redis.addr());
         offset_us += jump_us;
         f.write_all_at(&offset_us.to_le_bytes(), 0)
@@ -162,6 +183,19 @@ fn a_forward_jump_of_redis_clock_ends_no_lease_its_holder_may_spend() {
             "Redis's clock moved {seen} µs for a jump of {jump_us} µs"
         );
         phase.store(1, Ordering::Relaxed);
+        // Every lease held before the jump is still in Redis after a call settled them on
+        // the new clock (or its holder renewed it: a later grant).
+        bystander.connect().request(&line);
+        let after_jump = grants(&redis.addr(), &key);
+        let ended: Vec<_> = held
+            .iter()
+            .filter(|(h, g)| after_jump.get(*h).is_none_or(|now| now < *g))
+            .collect();
+        eprintln!("jump {name}: leases before {held:?}, after {after_jump:?}");
+        assert!(
+            !held.is_empty() && ended.is_empty(),
+            "jump {name}: leases ended in Redis by the jump: {ended:?} (before {held:?}, after {after_jump:?})"
+        );
         sleep(Duration::from_millis(2500));
         phase.store(2, Ordering::Relaxed);
         let recovered = Instant::now();

@@ -20,6 +20,7 @@ mod migration;
 mod outage;
 mod shapes;
 mod stalled;
+mod windows;
 
 use common::*;
 use harness::*;
