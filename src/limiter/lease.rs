@@ -108,7 +108,8 @@ impl<S: Store> Limiter<S> {
                         None => (Request::cold(&this.leases.holder), None),
                     };
                     let at = redis_key.clone();
-                    let call = redis.lease(route, at, rule.params, cost, request.clone(), in_flight);
+                    let call =
+                        redis.lease(route, at, rule.params, cost, request.clone(), in_flight);
                     let answer = call.await;
                     if let (Some(s), Ok((o, g))) = (&slot, &answer) {
                         s.granted(sent_us, boottime_us(), &request, *g, reported(o));

@@ -69,7 +69,17 @@ fn window_leases_use_each_window_fairly_and_never_above_its_limit() {
         let handles: Vec<Vec<_>> = s
             .daemons
             .iter()
-            .map(|d| load_with(&d.socket, &line, 2, 5, Duration::from_millis(1), &stop, record))
+            .map(|d| {
+                load_with(
+                    &d.socket,
+                    &line,
+                    2,
+                    5,
+                    Duration::from_millis(1),
+                    &stop,
+                    record,
+                )
+            })
             .collect();
         thread::sleep(Duration::from_millis(5500));
         stop.store(true, Ordering::Relaxed);
