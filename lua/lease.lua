@@ -34,12 +34,15 @@
 -- ARGV[11] the caller's CLOCK_BOOTTIME when it sent the call, µs ("": none)
 -- ARGV[12] the highest grant number of the key the caller read in a reply before
 --          sending the call (0: none)
+-- ARGV[13] the caller's CLOCK_BOOTTIME when it read the reply that showed it that
+--          number, µs ("": ARGV[11])
 -- A grant is at most the holder's share: the holders being the caller, every other host
 -- with a lease on the key, and every host that asked for one in the last ASK_US. One
 -- that stops asking (or dies) stops counting when its lease and its ask end.
 -- Returns  the algorithm's {allowed, remaining, reset_ms, wait_ms}, then
 --          {granted units, lifetime µs, grant, units given back, cap, rate, key's last
---          grant} (algorithm units; the holder's deadline is its own clock when it sent
+--          grant, due} (due: 0, or the caller's clock, µs, from when it could end a lease
+--          it is the witness of: lapsed(); algorithm units; the holder's deadline is its own clock when it sent
 --          the call + lifetime, so it ends before Redis's; the units given back are what
 --          the named grant returned to the budget, the rest of its unspent units lapsed).
 local holder = ARGV[5]
@@ -50,6 +53,10 @@ local lifetime = tonumber(ARGV[9])
 local pace = tonumber(ARGV[10])
 local mono = tonumber(ARGV[11] or '')
 local seen = tonumber(ARGV[12] or '') or 0
+local seen_at = tonumber(ARGV[13] or '') or mono
+-- The earliest instant (the caller's clock, µs) at which the caller, a lease's witness,
+-- could end it (0: none); returned, so that it calls then.
+local due = 0
 -- A host that asked counts among the holders this long after, µs.
 local ASK_US = 1200000
 -- w: fields whose lease is not stored (an older script ended it), deleted by the next
@@ -94,10 +101,10 @@ end
 
 -- True when lease `l` has lapsed at `t` (Redis clock): its deadline has passed and,
 -- for a lease with a w: field, its witness (the caller) counted its life plus the drift
--- margin (1 ms + 0.1 %) on its own clock since a call it sent after reading the grant.
--- That call was sent after the grant was made, which was after its holder sent the
--- call that took it, from when the holder's deadline is counted: so the holder's
--- deadline has passed, whatever Redis's clock did meanwhile.
+-- margin (1 ms + 0.1 %) on its own clock since it read a reply that showed the grant.
+-- That reply came after the grant was made, which was after its holder sent the call
+-- that took it, from when the holder's deadline is counted: so the holder's deadline
+-- has passed, whatever Redis's clock did meanwhile.
 local function lapsed(l, t)
   if l[2] > t then
     return false
@@ -111,17 +118,20 @@ end
 
 -- Names the caller the witness of `h`'s lease `l` (see lapsed()) when it read the
 -- grant and the lease has no witness, or one named over twice its life plus 1 s ago
--- on the Redis clock (gone quiet: counting restarts, later, never earlier).
+-- on the Redis clock (gone quiet: counting restarts, later, never earlier). Its count
+-- starts when it read the reply that showed the grant (`seen_at`, after the grant was
+-- made).
 local function witness(key, h, l)
   local w = l.w
-  if not w or not mono or seen < l[3] or w[3] == holder then
+  if not w or not seen_at or seen < l[3] or w[3] == holder then
     return
   end
   if w[3] and now < w[5] + 2 * w[2] + 1000000 then
     return
   end
+  w[3], w[4], w[5] = holder, seen_at, now
   redis.call('HSET', key, 'w:' .. h, digits(l[3]) .. ' ' .. digits(w[2]) .. ' ' .. holder
-    .. ' ' .. digits(mono) .. ' ' .. digits(now))
+    .. ' ' .. digits(seen_at) .. ' ' .. digits(now))
 end
 
 -- Capacity out on every lease stored (lapsed ones included), the latest deadline, and
@@ -161,10 +171,16 @@ local function settle_leases(key, leases, t)
         back = math.min(unspent, l[4])
       end
       gone[#gone + 1] = 'l:' .. h
-    elseif lapsed(l, t) then
-      gone[#gone + 1] = 'l:' .. h
     else
       witness(key, h, l)
+      if lapsed(l, t) then
+        gone[#gone + 1] = 'l:' .. h
+      elseif l.w and l.w[3] == holder then
+        local at = l.w[4] + l.w[2] + 1000 + math.ceil(l.w[2] / 1000)
+        if due == 0 or at < due then
+          due = at
+        end
+      end
     end
   end
   local ended = #gone > 0

@@ -10,7 +10,7 @@
 --          µ-tokens, lifetime µs, pace µs)
 -- Returns  {allowed, remaining tokens, reset_ms, wait_ms, granted µ-tokens, lifetime µs,
 --          grant, µ-tokens given back, slice cap µ-tokens, slice rate µ-tokens/s, the
---          key's last grant}
+--          key's last grant, due (lua/lease.lua)}
 --
 -- A lease takes `cap` of the capacity out of the bucket (a lump lease: cap = its units)
 -- and, a slice, `rate` of the refill: the holder refills a bucket of its own of `cap` at
@@ -146,4 +146,4 @@ if out > 0 then
 end
 store(write, tonumber(fields.x), keep, 't', tokens, 'ts', now)
 return {allowed and 1 or 0, math.floor(tokens / UNIT), reset, wait, granted,
-  grant > 0 and lifetime or 0, grant, back, slice_cap, slice_rate, grant > 0 and grant or st_n or 0}
+  grant > 0 and lifetime or 0, grant, back, slice_cap, slice_rate, grant > 0 and grant or st_n or 0, due}

@@ -121,7 +121,7 @@ impl<H> Book<H> {
         self.holding
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|_, s| s.state().grant != 0);
+            .retain(|_, s| s.state().swept());
         let last = self.forgotten_at.load(Ordering::Relaxed);
         if now.saturating_sub(last) >= FORGET_EVERY_US {
             self.forgotten_at.store(now, Ordering::Relaxed);
@@ -136,10 +136,10 @@ impl<H> Book<H> {
         holding.values().cloned().collect()
     }
 
-    /// Notes that `key`'s entry may hold a grant now (after a call kept one), for the
-    /// sweep.
+    /// Notes that `key`'s entry may hold a grant now (after a call kept one), or have a
+    /// witness's call due, for the sweep.
     pub fn kept(&self, key: KeyHash, slot: &Arc<LeasedKey<H>>) {
-        if slot.state().grant != 0 {
+        if slot.state().swept() {
             let mut holding = self.holding.lock().unwrap_or_else(|p| p.into_inner());
             holding.entry(key).or_insert_with(|| Arc::clone(slot));
         }

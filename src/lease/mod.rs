@@ -108,6 +108,8 @@ pub struct Request {
     /// The key's highest grant number this host read in a reply before sending the call
     /// (0: none): a lease of a grant up to it was made before the call was sent.
     pub seen: i64,
+    /// This host's clock when it read the reply that showed it `seen`, µs.
+    pub seen_at: u64,
 }
 
 impl Request {
@@ -123,6 +125,7 @@ impl Request {
             generation: 0,
             mono_us: 0,
             seen: 0,
+            seen_at: 0,
         }
     }
 }
@@ -145,6 +148,9 @@ pub struct Granted {
     pub rate: u64,
     /// The key's last grant number (any holder's) after the call.
     pub last_grant: i64,
+    /// 0, or this host's clock (µs) from when it could end, in Redis, a lease of
+    /// another holder it is the witness of: it calls the key again then.
+    pub witness_due: u64,
 }
 
 /// What the call's decision reported besides the grant.
@@ -287,8 +293,7 @@ impl<H> LeasedKey<H> {
         let mut s = self.state();
         let flight = self.fly(&mut s);
         let mut ask = Request::cold(holder);
-        ask.mono_us = now;
-        ask.seen = s.seen;
+        (ask.mono_us, ask.seen, ask.seen_at) = (now, s.seen, s.seen_at);
         if !hot {
             return (ask, flight);
         }
@@ -323,7 +328,16 @@ impl<H> LeasedKey<H> {
         let mut s = self.state();
         s.remaining = reported.remaining;
         s.reset_ms = reported.reset_ms;
-        s.seen = s.seen.max(g.last_grant);
+        if g.last_grant > s.seen {
+            (s.seen, s.seen_at) = (g.last_grant, got_us);
+        }
+        // Called again when due (at least PACE_US on: a lease not ended then, its
+        // deadline on Redis's clock not passed, is looked at again that much later).
+        s.witness_due = match g.witness_due {
+            0 => 0,
+            due if due > got_us => due,
+            _ => got_us + PACE_US,
+        };
         if ask.want == 0 && ask.given_back == 0 {
             return;
         }
@@ -376,27 +390,36 @@ impl<H> LeasedKey<H> {
     /// For the sweep: `Some(ask)` (the lease given back, nothing wanted) when the key
     /// holds a grant it should give back at `now`: one it no longer spends (a reload, a
     /// call that failed, its deadline passed), or one idle for [`IDLE_RETURN_US`], or a
-    /// lump lease within [`RENEW_AHEAD_US`] of its deadline. The caller holds
-    /// [`LeasedKey::call`].
+    /// lump lease within [`RENEW_AHEAD_US`] of its deadline; else a call that gives
+    /// nothing back when this host, another lease's witness, could end it now
+    /// ([`Granted::witness_due`]). The caller holds [`LeasedKey::call`].
     pub fn give_back(
         self: &Arc<Self>,
         now: u64,
         holder: &Arc<str>,
     ) -> Option<(Request, Flight<H>)> {
         let mut s = self.state();
+        let mut ask = Request::cold(holder);
+        (ask.mono_us, ask.seen, ask.seen_at) = (now, s.seen, s.seen_at);
+        let witness = s.witness_due != 0 && now >= s.witness_due;
         if s.grant == 0 {
-            return None;
+            return witness.then(|| {
+                s.witness_due = 0;
+                (ask, self.fly(&mut s))
+            });
         }
         if s.holds(now) {
             let idle = now.saturating_sub(s.last_use) >= IDLE_RETURN_US;
             let ahead = if s.rate > 0 { 0 } else { RENEW_AHEAD_US };
             if !idle && s.deadline_us - now > ahead {
-                return None;
+                // A witness's call ends no lease of this host (it gives nothing back).
+                return witness.then(|| {
+                    s.witness_due = 0;
+                    (ask, self.fly(&mut s))
+                });
             }
         }
-        let mut ask = Request::cold(holder);
         (ask.given_back, ask.unspent) = s.report(now);
-        (ask.mono_us, ask.seen) = (now, s.seen);
         Some((ask, self.fly(&mut s)))
     }
 

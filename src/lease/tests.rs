@@ -252,6 +252,7 @@ fn a_slice_refills_at_its_rate_up_to_its_cap_until_its_deadline() {
         cap: 4 * UNIT,
         rate: 1000 * UNIT,
         last_grant: 3,
+        witness_due: 0,
     };
     // Answered 100 µs after it was sent: the refill counts from then.
     s.granted(t, t + 100, &ask, slice, rep(0, 10));
@@ -293,6 +294,7 @@ fn a_slice_reports_its_refill_until_the_call_and_none_after_its_deadline() {
         cap: 1000 * UNIT,
         rate: 1000 * UNIT,
         last_grant: 5,
+        witness_due: 0,
     };
     s.granted(t, t, &ask, slice, rep(0, 10));
     drop(flight);

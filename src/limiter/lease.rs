@@ -113,6 +113,7 @@ impl<S: Store> Limiter<S> {
                     let answer = call.await;
                     if let (Some(s), Ok((o, g))) = (&slot, &answer) {
                         s.granted(sent_us, boottime_us(), &request, *g, reported(o));
+                        this.leases.kept(key, s);
                     }
                     let d = this.answered(&rule, key, cost, &redis_key, answer.map(|(o, _)| o));
                     this.record(&entry, key, d)

@@ -387,6 +387,7 @@ impl RedisStore {
                 generation: 0,
                 mono_us: 0,
                 seen: 0,
+                seen_at: 0,
             };
             self.lease_unbounded(primary, &key, &rule.params, 0, &ask)
                 .await

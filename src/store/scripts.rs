@@ -232,7 +232,8 @@ pub fn outcome(reply: &[i64]) -> Result<Outcome, Error> {
 
 /// The lease script's arguments: the decision's three, `""` for "now" (Redis TIME), then
 /// the lease's (holder, grant given back, unspent, wanted, lifetime µs, pace µs, this
-/// host's monotonic clock µs or `""`, the key's last grant read), the
+/// host's monotonic clock µs or `""`, the key's last grant read and when, µs or `""`),
+/// the
 /// holder's µ-units in the algorithm's units (µ-tokens for buckets, whole units, floored,
 /// for windows).
 pub fn lease_args(params: &Params, cost: u32, ask: &Request) -> Vec<Value> {
@@ -255,6 +256,11 @@ pub fn lease_args(params: &Params, cost: u32, ask: &Request) -> Vec<Value> {
         Value::Integer(i64::try_from(ask.mono_us).unwrap_or(i64::MAX))
     });
     args.push(Value::Integer(ask.seen));
+    args.push(if ask.seen_at == 0 {
+        Value::from("")
+    } else {
+        Value::Integer(i64::try_from(ask.seen_at).unwrap_or(i64::MAX))
+    });
     args
 }
 
@@ -269,13 +275,14 @@ fn lease_unit(params: &Params) -> u64 {
 
 /// Reads a lease script's reply: the decision's four integers, then (in the algorithm's
 /// units) the units granted now, the lease's lifetime in µs, its grant number, the units
-/// the grant named gave back, a slice's cap and refill (per s), and the key's last grant
-/// number; in the holder's µ-units.
+/// the grant named gave back, a slice's cap and refill (per s), the key's last grant
+/// number and when this host could end a lease it is the witness of (µs, its clock);
+/// in the holder's µ-units.
 pub fn lease_reply(params: &Params, reply: &[i64]) -> Result<(Outcome, Granted), Error> {
     let per = lease_unit(params);
     let mu = |v: i64| (v.max(0) as u64).saturating_mul(per);
     match *reply {
-        [a, b, c, d, units, lifetime_us, grant, returned, cap, rate, last_grant] => Ok((
+        [a, b, c, d, units, lifetime_us, grant, returned, cap, rate, last_grant, due] => Ok((
             outcome(&[a, b, c, d])?,
             Granted {
                 units: mu(units),
@@ -285,11 +292,12 @@ pub fn lease_reply(params: &Params, reply: &[i64]) -> Result<(Outcome, Granted),
                 cap: mu(cap),
                 rate: mu(rate),
                 last_grant,
+                witness_due: due.max(0) as u64,
             },
         )),
         _ => Err(Error::new(
             ErrorKind::Parse,
-            format!("lease script returned {reply:?}, expected 11 integers"),
+            format!("lease script returned {reply:?}, expected 12 integers"),
         )),
     }
 }
