@@ -269,7 +269,7 @@ fn a_slice_refills_at_its_rate_up_to_its_cap_until_its_deadline() {
     }
     assert!(matches!(s.spend(1, t + 100_000, true), Local::Paced { .. }));
     // Near its deadline a request renews it; the refill until the call is reported.
-    let deadline = t + LIFETIME_US - DRIFT_MARGIN_US;
+    let deadline = t + LIFETIME_US - DRIFT_MARGIN_US - SLICE_SPARE_US;
     let near = deadline - SLICE_RENEW_US / 2;
     for _ in 0..4 {
         assert!(matches!(s.spend(1, near, true), Local::Taken { .. }));
@@ -298,7 +298,7 @@ fn a_slice_reports_its_refill_until_the_call_and_none_after_its_deadline() {
     };
     s.granted(t, t, &ask, slice, rep(0, 10));
     drop(flight);
-    let deadline = t + LIFETIME_US - DRIFT_MARGIN_US;
+    let deadline = t + LIFETIME_US - DRIFT_MARGIN_US - SLICE_SPARE_US;
     // Past the deadline: what it refilled until the deadline only.
     let (back, _flight) = s.give_back(deadline + 500_000, &holder()).expect("ended");
     assert_eq!(back.given_back, 5);
