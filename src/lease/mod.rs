@@ -73,6 +73,11 @@ pub const DRIFT_MARGIN_US: u64 = 1000 + LIFETIME_US / 1000;
 /// it, the buckets that refill in 20 ms or less used about a tenth less of the rule
 /// (`tests/serial/leases/shapes.rs`).
 pub const SLICE_SPARE_US: u64 = 500_000;
+/// A witness that could end another holder's lease calls the key this long after it
+/// could, if no call of its own came first, µs. A saturated witness renews its slice
+/// sooner, and that call ends the lease; calling at once instead cost ten daemons
+/// sharing a key their equal shares (`tests/serial/leases/fairness.rs`).
+pub const WITNESS_GRACE_US: u64 = 2_000_000;
 /// A key not asked for this long gives its lease back, µs.
 pub const IDLE_RETURN_US: u64 = 200_000;
 /// A lump lease this close to its deadline is given back by the sweep (the next request
@@ -337,11 +342,12 @@ impl<H> LeasedKey<H> {
         if g.last_grant > s.seen {
             (s.seen, s.seen_at) = (g.last_grant, got_us);
         }
-        // Called again when due (at least PACE_US on: a lease not ended then, its
-        // deadline on Redis's clock not passed, is looked at again that much later).
+        // Called again WITNESS_GRACE_US after it is due, unless a call of its own
+        // comes first (at least PACE_US on: a lease not ended then, its deadline on
+        // Redis's clock not passed, is looked at again that much later).
         s.witness_due = match g.witness_due {
             0 => 0,
-            due if due > got_us => due,
+            due if due + WITNESS_GRACE_US > got_us => due + WITNESS_GRACE_US,
             _ => got_us + PACE_US,
         };
         if ask.want == 0 && ask.given_back == 0 {

@@ -308,31 +308,32 @@ fn a_slice_reports_its_refill_until_the_call_and_none_after_its_deadline() {
 #[test]
 fn a_witness_calls_when_due_without_giving_its_own_lease_back() {
     let s = slot();
-    let t = 1_000_000;
-    leased(&s, t, 100, 4);
+    let t = 3_000_000;
+    leased(&s, t - 100_000, 100, 4);
     // A reply that names this host the witness of another holder's lease, which it
-    // could end at t + 0.5 s on its clock, and shows grant 9 (read at t + 10).
-    s.spend(1, t + 10, true);
-    let (ask, flight) = s.begin(1, 1000, true, t + 10, &holder());
+    // could end 1.5 s before t + 2 s (its grace), and shows grant 9 (read at t).
+    s.spend(1, t, true);
+    let (ask, flight) = s.begin(1, 1000, true, t, &holder());
     let renewed = Granted {
         last_grant: 9,
-        witness_due: t + 500_000,
+        witness_due: t + 500_000 - WITNESS_GRACE_US,
         ..grant(100, 9)
     };
-    s.granted(t + 10, t + 10, &ask, renewed, rep(50, 100));
+    s.granted(t, t, &ask, renewed, rep(50, 100));
     drop(flight);
-    // Busy and its lease live: no call before the due time, then one that gives
-    // nothing back and names what it read.
-    s.spend(1, t + 400_000, true);
-    assert!(s.give_back(t + 400_000, &holder()).is_none());
-    let (call, flight) = s.give_back(t + 500_000, &holder()).expect("due");
+    // Busy and its lease live: no call before then, then one that gives nothing back
+    // and names what it read.
+    let due = t + 500_000;
+    s.spend(1, due - 1, true);
+    assert!(s.give_back(due - 1, &holder()).is_none());
+    let (call, flight) = s.give_back(due, &holder()).expect("due");
     assert_eq!((call.given_back, call.want), (0, 0));
-    assert_eq!((call.seen, call.seen_at), (9, t + 10));
+    assert_eq!((call.seen, call.seen_at), (9, t));
     assert!(
-        matches!(s.spend(1, t + 500_001, true), Local::Taken { .. }),
+        matches!(s.spend(1, due + 1, true), Local::Taken { .. }),
         "its own lease is still spent"
     );
     drop(flight);
     // Not due again until a reply says so.
-    assert!(s.give_back(t + 500_100, &holder()).is_none());
+    assert!(s.give_back(due + 100, &holder()).is_none());
 }
