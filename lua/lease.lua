@@ -12,6 +12,11 @@
 -- (lua/lease_token_bucket.lua). Without them, cap = units and rate = 0. And, per holder
 -- asking lately, a field a:<holder id> = "<until>" (µs, Redis clock): the hosts a
 -- saturated key is shared between, whether they hold a lease now or not.
+-- A bucket's lease also has a field w:<holder id> = "<grant> <life> [<witness> <mono>
+-- <since>]": its lifetime (µs) and the daemon (holder id) that counts it on its own
+-- monotonic clock, from `mono` (its CLOCK_BOOTTIME, µs) at a call it sent after reading
+-- the grant, named its witness at `since` (µs, Redis clock). Such a lease lapses only
+-- when its witness has counted its life, whatever Redis's clock did (see lapsed()).
 --
 -- ARGV[1..4] as the algorithm's own script (ARGV[4] = "" in production), then
 -- ARGV[5]  holder id (the daemon's, random per process)
@@ -26,29 +31,44 @@
 -- ARGV[9]  lifetime of the new lease, µs
 -- ARGV[10] pace, µs: 0, or (a saturated holder, asking this often) a bucket grants it a
 --          slice, its share of the capacity and of the refill rate
+-- ARGV[11] the caller's CLOCK_BOOTTIME when it sent the call, µs ("": none)
+-- ARGV[12] the highest grant number of the key the caller read in a reply before
+--          sending the call (0: none)
+-- ARGV[13] the caller's CLOCK_BOOTTIME when it read the reply that showed it that
+--          number, µs ("": ARGV[11])
 -- A grant is at most the holder's share: the holders being the caller, every other host
 -- with a lease on the key, and every host that asked for one in the last ASK_US. One
 -- that stops asking (or dies) stops counting when its lease and its ask end.
 -- Returns  the algorithm's {allowed, remaining, reset_ms, wait_ms}, then
---          {granted units, lifetime µs, grant, units given back, cap, rate} (algorithm
---          units; the holder's deadline is its own clock when it sent the call +
---          lifetime, so it ends before Redis's; the units given back are what the named
---          grant returned to the budget, the rest of its unspent units lapsed).
+--          {granted units, lifetime µs, grant, units given back, cap, rate, key's last
+--          grant, due} (due: 0, or the caller's clock, µs, from when it could end a lease
+--          it is the witness of: lapsed(); algorithm units; the holder's deadline is its own clock when it sent
+--          the call + lifetime, so it ends before Redis's; the units given back are what
+--          the named grant returned to the budget, the rest of its unspent units lapsed).
 local holder = ARGV[5]
 local given_back = tonumber(ARGV[6])
 local unspent = tonumber(ARGV[7])
 local want = tonumber(ARGV[8])
 local lifetime = tonumber(ARGV[9])
 local pace = tonumber(ARGV[10])
+local mono = tonumber(ARGV[11] or '')
+local seen = tonumber(ARGV[12] or '') or 0
+local seen_at = tonumber(ARGV[13] or '') or mono
+-- The earliest instant (the caller's clock, µs) at which the caller, a lease's witness,
+-- could end it (0: none); returned, so that it calls then.
+local due = 0
 -- A host that asked counts among the holders this long after, µs.
 local ASK_US = 1200000
+-- w: fields whose lease is not stored (an older script ended it), deleted by the next
+-- settle_leases().
+local orphans = {}
 
 -- The hash, read once: `fields` has the algorithm's fields (strings), `leases` every
--- holder's lease {units, deadline, grant, cap, rate}, `asks` every holder's last ask's
--- end (µs).
+-- holder's lease {units, deadline, grant, cap, rate, w = its w: field {grant, life,
+-- witness, mono, since} or nil}, `asks` every holder's last ask's end (µs).
 local function read_state(key)
   local all = redis.call('HGETALL', key)
-  local fields, leases, asks = {}, {}, {}
+  local fields, leases, asks, lives = {}, {}, {}, {}
   for i = 1, #all, 2 do
     local f, v = all[i], all[i + 1]
     local kind = string.sub(f, 1, 2)
@@ -61,11 +81,57 @@ local function read_state(key)
       end
     elseif kind == 'a:' then
       asks[string.sub(f, 3)] = tonumber(v) or 0
+    elseif kind == 'w:' then
+      local g, life, id, m, r = string.match(v, '^(%d+) (%d+) ?(%w*) ?(%d*) ?(%d*)$')
+      lives[string.sub(f, 3)] = {tonumber(g), tonumber(life), id ~= '' and id or nil,
+        tonumber(m), tonumber(r)}
     else
       fields[f] = v
     end
   end
+  for h, w in pairs(lives) do
+    if leases[h] and leases[h][3] == w[1] and w[2] then
+      leases[h].w = w
+    else
+      orphans[#orphans + 1] = 'w:' .. h
+    end
+  end
   return fields, leases, asks
+end
+
+-- True when lease `l` has lapsed at `t` (Redis clock): its deadline has passed and,
+-- for a lease with a w: field, its witness (the caller) counted its life plus the drift
+-- margin (1 ms + 0.1 %) on its own clock since it read a reply that showed the grant.
+-- That reply came after the grant was made, which was after its holder sent the call
+-- that took it, from when the holder's deadline is counted: so the holder's deadline
+-- has passed, whatever Redis's clock did meanwhile.
+local function lapsed(l, t)
+  if l[2] > t then
+    return false
+  end
+  local w = l.w
+  if not w then
+    return true
+  end
+  return w[3] == holder and mono ~= nil and w[4] ~= nil and mono - w[4] >= w[2] + 1000 + w[2] / 1000
+end
+
+-- Names the caller the witness of `h`'s lease `l` (see lapsed()) when it read the
+-- grant and the lease has no witness, or one named over twice its life plus 1 s ago
+-- on the Redis clock (gone quiet: counting restarts, later, never earlier). Its count
+-- starts when it read the reply that showed the grant (`seen_at`, after the grant was
+-- made).
+local function witness(key, h, l)
+  local w = l.w
+  if not w or not seen_at or seen < l[3] or w[3] == holder then
+    return
+  end
+  if w[3] and now < w[5] + 2 * w[2] + 1000000 then
+    return
+  end
+  w[3], w[4], w[5] = holder, seen_at, now
+  redis.call('HSET', key, 'w:' .. h, digits(l[3]) .. ' ' .. digits(w[2]) .. ' ' .. holder
+    .. ' ' .. digits(seen_at) .. ' ' .. digits(now))
 end
 
 -- Capacity out on every lease stored (lapsed ones included), the latest deadline, and
@@ -83,9 +149,11 @@ local function outstanding(leases)
 end
 
 -- Settles the leases at `t`: a lease past its deadline lapses (its units are dropped,
--- counted as spent: the holder may have spent them); the caller's own lease ends when
--- the call gives back or asks (the caller stopped spending it). Only the grant the call
--- names, still before its deadline, gives its unspent units back (at most its cap). A
+-- counted as spent: the holder may have spent them; a lease with a w: field once its
+-- witness counted its life, lapsed()); the caller's own lease ends when the call gives
+-- back or asks (the caller stopped spending it). Only the grant the call names, still
+-- stored (a lease without a w: field: still before its deadline), gives its unspent
+-- units back (at most its cap). A
 -- stored grant the call does not name (the caller never read its reply, or named a
 -- grant this node never saw: a failover lost it) lapses as spent too: Redis never hands
 -- back units a holder may have spent. Deletes the ended fields; returns the units given
@@ -99,22 +167,35 @@ local function settle_leases(key, leases, t)
   local mine = given_back ~= 0 or want > 0
   for h, l in pairs(leases) do
     if h == holder and mine then
-      if l[3] == given_back and l[2] > t then
+      if l[3] == given_back and (l.w or l[2] > t) then
         back = math.min(unspent, l[4])
       end
       gone[#gone + 1] = 'l:' .. h
-    elseif l[2] <= t then
-      gone[#gone + 1] = 'l:' .. h
+    else
+      witness(key, h, l)
+      if lapsed(l, t) then
+        gone[#gone + 1] = 'l:' .. h
+      elseif l.w and l.w[3] == holder then
+        local at = l.w[4] + l.w[2] + 1000 + math.ceil(l.w[2] / 1000)
+        if due == 0 or at < due then
+          due = at
+        end
+      end
     end
   end
-  for _, f in ipairs(gone) do
+  local ended = #gone > 0
+  for _, f in ipairs({unpack(gone)}) do
     leases[string.sub(f, 3)] = nil
+    gone[#gone + 1] = 'w:' .. string.sub(f, 3)
+  end
+  for _, f in ipairs(orphans) do
+    gone[#gone + 1] = f
   end
   if #gone > 0 then
     redis.call('HDEL', key, unpack(gone))
   end
   local out, latest = outstanding(leases)
-  return back, out, latest, #gone > 0
+  return back, out, latest, ended
 end
 
 -- The hosts a grant is shared between after settle_leases(): the caller, the other
@@ -170,4 +251,10 @@ local function record_lease(key, units, deadline, n, cap, rate)
   end
   redis.call('HSET', key, 'n', digits(g), 'l:' .. holder, v)
   return g
+end
+
+-- Records that the caller's lease, grant `g`, lives `life` µs (its w: field): it then
+-- lapses only once a witness has counted that (lapsed()).
+local function record_life(key, g, life)
+  redis.call('HSET', key, 'w:' .. holder, digits(g) .. ' ' .. digits(life))
 end

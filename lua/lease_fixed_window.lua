@@ -6,7 +6,8 @@
 -- ARGV     fixed_window.lua's (limit, window µs, cost, now), then lease.lua's (holder,
 --          grant given back, unspent units, wanted units, lifetime µs, pace µs)
 -- Returns  {allowed, remaining, reset_ms, wait_ms, granted units, lifetime µs, grant,
---          units given back, 0, 0} (a window's lease is never a slice)
+--          units given back, 0, 0, the key's last grant, due} (a window's lease is
+--          never a slice)
 --
 -- A lease's units are counted in the window when granted (c += granted) and its
 -- deadline is at most the window's end, so every unit spent from it is spent inside the
@@ -63,4 +64,4 @@ if not allowed then
   end
 end
 return {allowed and 1 or 0, math.max(math.floor(limit - count), 0), reset, wait, granted,
-  granted > 0 and life or 0, grant, back, 0, 0}
+  granted > 0 and life or 0, grant, back, 0, 0, grant > 0 and grant or st_n or 0, due}

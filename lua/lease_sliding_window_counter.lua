@@ -8,7 +8,8 @@
 --          (holder, grant given back, unspent units, wanted units, lifetime µs, pace
 --          µs)
 -- Returns  {allowed, remaining, reset_ms, wait_ms, granted units, lifetime µs, grant,
---          units given back, 0, 0} (a window's lease is never a slice)
+--          units given back, 0, 0, the key's last grant, due} (a window's lease is
+--          never a slice)
 --
 -- A lease's units are counted in the current window when granted, with the estimate
 -- then (p × remaining weight + c) plus the grant at most `limit`; its deadline is at most
@@ -56,4 +57,4 @@ if not allowed then
   wait = counter_wait(limit, window, cost, reset, start, current, previous)
 end
 return {allowed and 1 or 0, math.max(math.floor(limit - estimate(current, previous, elapsed, window)), 0),
-  reset, wait, granted, granted > 0 and life or 0, grant, back, 0, 0}
+  reset, wait, granted, granted > 0 and life or 0, grant, back, 0, 0, grant > 0 and grant or st_n or 0, due}

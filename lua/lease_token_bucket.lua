@@ -4,12 +4,13 @@
 -- (prepended, with prelude.lua, to this file).
 --
 -- KEYS[1]  the bucket: token_bucket.lua's hash {t, ts, x} plus {n, l:<holder>...,
---          a:<holder>...}
+--          w:<holder>..., a:<holder>...}
 -- ARGV     token_bucket.lua's (capacity µ-tokens, rate tokens/s, cost µ-tokens, now),
 --          then lease.lua's (holder, grant given back, unspent µ-tokens, wanted
 --          µ-tokens, lifetime µs, pace µs)
 -- Returns  {allowed, remaining tokens, reset_ms, wait_ms, granted µ-tokens, lifetime µs,
---          grant, µ-tokens given back, slice cap µ-tokens, slice rate µ-tokens/s}
+--          grant, µ-tokens given back, slice cap µ-tokens, slice rate µ-tokens/s, the
+--          key's last grant, due (lua/lease.lua)}
 --
 -- A lease takes `cap` of the capacity out of the bucket (a lump lease: cap = its units)
 -- and, a slice, `rate` of the refill: the holder refills a bucket of its own of `cap` at
@@ -87,6 +88,7 @@ if granted > 0 or slice_cap > 0 then
   else
     grant = record_lease(KEYS[1], granted, now + lifetime, st_n)
   end
+  record_life(KEYS[1], grant, lifetime)
   out = out + reserved
   room = room - reserved
   if now + lifetime > latest then
@@ -133,11 +135,15 @@ if not allowed then
   end
 end
 
--- The state matters until every lease has ended and the bucket is full again.
+-- The state matters until every lease has ended and the bucket is full again. A lease
+-- ends when its witness says (lua/lease.lua lapsed()), not on Redis's clock, which
+-- also expires the key: with leases out the key lives LEASED_KEEP_MS at least, so that
+-- a forward jump of Redis's clock shorter than that does not drop them with it.
+local LEASED_KEEP_MS = 86400000
 local keep = reset
 if out > 0 then
-  keep = math.max(keep, ceil_ms(latest - now) + ceil_ms((cap - tokens) / rate))
+  keep = math.max(keep, ceil_ms(latest - now) + ceil_ms((cap - tokens) / rate), LEASED_KEEP_MS)
 end
 store(write, tonumber(fields.x), keep, 't', tokens, 'ts', now)
 return {allowed and 1 or 0, math.floor(tokens / UNIT), reset, wait, granted,
-  grant > 0 and lifetime or 0, grant, back, slice_cap, slice_rate}
+  grant > 0 and lifetime or 0, grant, back, slice_cap, slice_rate, grant > 0 and grant or st_n or 0, due}

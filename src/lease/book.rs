@@ -91,15 +91,9 @@ impl<H> Book<H> {
         }
     }
 
-    /// The entry of `key`, made with `home()` if new (`spare_us`: the part of a granted
-    /// lifetime not spent, [`super::CLOCK_JUMP_US`] for buckets); `None` when the book
-    /// is full (the key is decided without a lease).
-    pub fn slot(
-        &self,
-        key: KeyHash,
-        spare_us: u64,
-        home: impl FnOnce() -> H,
-    ) -> Option<Arc<LeasedKey<H>>> {
+    /// The entry of `key`, made with `home()` if new; `None` when the book is full (the
+    /// key is decided without a lease).
+    pub fn slot(&self, key: KeyHash, home: impl FnOnce() -> H) -> Option<Arc<LeasedKey<H>>> {
         let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
         let full = keys.len() >= self.max_keys;
         match keys.entry(key) {
@@ -108,7 +102,6 @@ impl<H> Book<H> {
             std::collections::hash_map::Entry::Vacant(e) => {
                 Some(Arc::clone(e.insert(Arc::new(LeasedKey {
                     state: Mutex::new(State::default()),
-                    spare_us,
                     counts: Arc::clone(&self.counts),
                     call: Arc::new(tokio::sync::Mutex::new(())),
                     ended: tokio::sync::Notify::new(),
@@ -128,7 +121,7 @@ impl<H> Book<H> {
         self.holding
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|_, s| s.state().grant != 0);
+            .retain(|_, s| s.state().swept());
         let last = self.forgotten_at.load(Ordering::Relaxed);
         if now.saturating_sub(last) >= FORGET_EVERY_US {
             self.forgotten_at.store(now, Ordering::Relaxed);
@@ -143,10 +136,10 @@ impl<H> Book<H> {
         holding.values().cloned().collect()
     }
 
-    /// Notes that `key`'s entry may hold a grant now (after a call kept one), for the
-    /// sweep.
+    /// Notes that `key`'s entry may hold a grant now (after a call kept one), or have a
+    /// witness's call due, for the sweep.
     pub fn kept(&self, key: KeyHash, slot: &Arc<LeasedKey<H>>) {
-        if slot.state().grant != 0 {
+        if slot.state().swept() {
             let mut holding = self.holding.lock().unwrap_or_else(|p| p.into_inner());
             holding.entry(key).or_insert_with(|| Arc::clone(slot));
         }

@@ -24,9 +24,12 @@
 //!   the lease meanwhile.
 //!
 //! A lease is spent only before its deadline: this host's [`crate::clock::boottime_us`] when it
-//! *sent* the call, plus the lifetime Redis granted, minus [`DRIFT_MARGIN_US`] (and, for
-//! a bucket, minus [`CLOCK_JUMP_US`]). Redis's own deadline started later (when the call
-//! arrived), so it always ends after ours. A call that gives a lease back ends it at
+//! *sent* the call, plus the lifetime Redis granted, minus [`DRIFT_MARGIN_US`]. Redis's
+//! own deadline started later (when the call arrived), so it always ends after ours; and
+//! a bucket's lease ends in Redis only once a daemon's own monotonic clock has counted
+//! its lifetime since it read the grant (its witness, `lua/lease.lua`), so a forward
+//! jump of Redis's clock does not end it early. Each call sends this host's clock and
+//! the key's last grant number it read ([`Request::mono_us`], [`Request::seen`]). A call that gives a lease back ends it at
 //! once, before it is sent. A key idle for [`IDLE_RETURN_US`], or whose lump lease ends
 //! within [`RENEW_AHEAD_US`], gives back what it holds ([`Book::sweep`]).
 //!
@@ -48,8 +51,8 @@ use std::sync::{Arc, Mutex};
 
 /// How long a lease is asked for, µs (windows: at most to the window's end).
 pub const LIFETIME_US: u64 = 1_000_000;
-/// How long a slice is asked for, µs: renewed about every `SLICE_LIFETIME_US −`
-/// [`CLOCK_JUMP_US`], so a saturated key costs each holder under one call a second.
+/// How long a slice is asked for, µs: spent for [`SLICE_SPARE_US`] less, so a
+/// saturated key costs each holder about one call every 1.5 s.
 pub const SLICE_LIFETIME_US: u64 = 2_000_000;
 /// A hot key's lease is about this much of this host's demand, µs.
 pub const TAKE_US: u64 = 50_000;
@@ -64,6 +67,17 @@ pub const HOT_UNITS: u64 = 8;
 /// A lease ends this much before its lifetime on our clock (the two clocks' rates may
 /// differ by a little: 1 ms plus 0.1 % of the lifetime), µs.
 pub const DRIFT_MARGIN_US: u64 = 1000 + LIFETIME_US / 1000;
+/// A slice is spent for this much less than the lifetime Redis granted, µs, and so
+/// renewed that long before its deadline in Redis. Not needed for exactness (a forward
+/// jump of Redis's clock ends no lease early: its witness times it); measured without
+/// it, the buckets that refill in 20 ms or less used about a tenth less of the rule
+/// (`tests/serial/leases/shapes.rs`).
+pub const SLICE_SPARE_US: u64 = 500_000;
+/// A witness that could end another holder's lease calls the key this long after it
+/// could, if no call of its own came first, µs. A saturated witness renews its slice
+/// sooner, and that call ends the lease; calling at once instead cost ten daemons
+/// sharing a key their equal shares (`tests/serial/leases/fairness.rs`).
+pub const WITNESS_GRACE_US: u64 = 2_000_000;
 /// A key not asked for this long gives its lease back, µs.
 pub const IDLE_RETURN_US: u64 = 200_000;
 /// A lump lease this close to its deadline is given back by the sweep (the next request
@@ -72,11 +86,6 @@ pub const RENEW_AHEAD_US: u64 = 150_000;
 /// A slice this close to its deadline is renewed by the next request that finds it
 /// short (one call gives it back and takes the next), µs.
 pub const SLICE_RENEW_US: u64 = 50_000;
-/// A bucket's lease is spent for this much less than the lifetime Redis granted, µs:
-/// Redis's clock may jump ahead (or a failover land on a node whose clock is ahead) by
-/// this much without ending, in Redis, a lease its holder may still spend. A window's
-/// lease ends with its window, which such a jump moves too (docs/DESIGN.md "Leases").
-pub const CLOCK_JUMP_US: u64 = 500_000;
 /// A key holding nothing and idle this long is forgotten, µs.
 pub const FORGET_US: u64 = 10_000_000;
 /// The book is walked for such keys at most this often, µs.
@@ -104,6 +113,14 @@ pub struct Request {
     /// The book's reload generation when the call started (not sent: a lease granted
     /// to a call started before a reload is not spent).
     pub generation: u64,
+    /// This host's [`crate::clock::boottime_us`] when the call is sent (0: not sent, the
+    /// call cannot witness a lease).
+    pub mono_us: u64,
+    /// The key's highest grant number this host read in a reply before sending the call
+    /// (0: none): a lease of a grant up to it was made before the call was sent.
+    pub seen: i64,
+    /// This host's clock when it read the reply that showed it `seen`, µs.
+    pub seen_at: u64,
 }
 
 impl Request {
@@ -117,6 +134,9 @@ impl Request {
             lifetime_us: LIFETIME_US,
             pace_us: 0,
             generation: 0,
+            mono_us: 0,
+            seen: 0,
+            seen_at: 0,
         }
     }
 }
@@ -137,6 +157,11 @@ pub struct Granted {
     pub cap: u64,
     /// A slice: its refill, µ-units/s, from the reply until the deadline.
     pub rate: u64,
+    /// The key's last grant number (any holder's) after the call.
+    pub last_grant: i64,
+    /// 0, or this host's clock (µs) from when it could end, in Redis, a lease of
+    /// another holder it is the witness of: it calls the key again then.
+    pub witness_due: u64,
 }
 
 /// What the call's decision reported besides the grant.
@@ -180,8 +205,6 @@ pub enum Local {
 /// needs to reach Redis for it (the sweep gives leases back with it).
 pub struct LeasedKey<H> {
     state: Mutex<State>,
-    /// µs of a granted lifetime not spent ([`CLOCK_JUMP_US`] for buckets, else 0).
-    spare_us: u64,
     counts: Arc<Counts>,
     /// Held for the whole of a lease call (by the task running it, never by a
     /// connection's); waited on by the requests behind it.
@@ -281,6 +304,7 @@ impl<H> LeasedKey<H> {
         let mut s = self.state();
         let flight = self.fly(&mut s);
         let mut ask = Request::cold(holder);
+        (ask.mono_us, ask.seen, ask.seen_at) = (now, s.seen, s.seen_at);
         if !hot {
             return (ask, flight);
         }
@@ -315,6 +339,17 @@ impl<H> LeasedKey<H> {
         let mut s = self.state();
         s.remaining = reported.remaining;
         s.reset_ms = reported.reset_ms;
+        if g.last_grant > s.seen {
+            (s.seen, s.seen_at) = (g.last_grant, got_us);
+        }
+        // Called again WITNESS_GRACE_US after it is due, unless a call of its own
+        // comes first (at least PACE_US on: a lease not ended then, its deadline on
+        // Redis's clock not passed, is looked at again that much later).
+        s.witness_due = match g.witness_due {
+            0 => 0,
+            due if due + WITNESS_GRACE_US > got_us => due + WITNESS_GRACE_US,
+            _ => got_us + PACE_US,
+        };
         if ask.want == 0 && ask.given_back == 0 {
             return;
         }
@@ -338,7 +373,8 @@ impl<H> LeasedKey<H> {
             s.accrued_at = got_us.max(sent_us);
             // The drift margin of the lifetime granted (DRIFT_MARGIN_US for LIFETIME_US).
             let drift = 1000 + g.lifetime_us / 1000;
-            let life = g.lifetime_us.saturating_sub(drift + self.spare_us);
+            let spare = if g.rate > 0 { SLICE_SPARE_US } else { 0 };
+            let life = g.lifetime_us.saturating_sub(drift + spare);
             let current = ask.generation == self.counts.generation.load(Ordering::Relaxed);
             // A lease granted to a call started before a reload is reported, not spent.
             s.deadline_us = if life > 0 && current {
@@ -367,25 +403,35 @@ impl<H> LeasedKey<H> {
     /// For the sweep: `Some(ask)` (the lease given back, nothing wanted) when the key
     /// holds a grant it should give back at `now`: one it no longer spends (a reload, a
     /// call that failed, its deadline passed), or one idle for [`IDLE_RETURN_US`], or a
-    /// lump lease within [`RENEW_AHEAD_US`] of its deadline. The caller holds
-    /// [`LeasedKey::call`].
+    /// lump lease within [`RENEW_AHEAD_US`] of its deadline; else a call that gives
+    /// nothing back when this host, another lease's witness, could end it now
+    /// ([`Granted::witness_due`]). The caller holds [`LeasedKey::call`].
     pub fn give_back(
         self: &Arc<Self>,
         now: u64,
         holder: &Arc<str>,
     ) -> Option<(Request, Flight<H>)> {
         let mut s = self.state();
+        let mut ask = Request::cold(holder);
+        (ask.mono_us, ask.seen, ask.seen_at) = (now, s.seen, s.seen_at);
+        let witness = s.witness_due != 0 && now >= s.witness_due;
         if s.grant == 0 {
-            return None;
+            return witness.then(|| {
+                s.witness_due = 0;
+                (ask, self.fly(&mut s))
+            });
         }
         if s.holds(now) {
             let idle = now.saturating_sub(s.last_use) >= IDLE_RETURN_US;
             let ahead = if s.rate > 0 { 0 } else { RENEW_AHEAD_US };
             if !idle && s.deadline_us - now > ahead {
-                return None;
+                // A witness's call ends no lease of this host (it gives nothing back).
+                return witness.then(|| {
+                    s.witness_due = 0;
+                    (ask, self.fly(&mut s))
+                });
             }
         }
-        let mut ask = Request::cold(holder);
         (ask.given_back, ask.unspent) = s.report(now);
         Some((ask, self.fly(&mut s)))
     }

@@ -33,9 +33,19 @@ pub(super) struct State {
     pub(super) remaining: u64,
     pub(super) reset_ms: u64,
     pub(super) in_flight: u32,
+    /// The key's highest grant number read in a reply, and when (our clock, µs).
+    pub(super) seen: i64,
+    pub(super) seen_at: u64,
+    /// 0, or when (our clock, µs) this host, another lease's witness, calls the key.
+    pub(super) witness_due: u64,
 }
 
 impl State {
+    /// True when the sweep looks at the key: it holds a grant, or a witness's call is due.
+    pub(super) fn swept(&self) -> bool {
+        self.grant != 0 || self.witness_due != 0
+    }
+
     pub(super) fn holds(&self, now: u64) -> bool {
         self.grant != 0 && now < self.deadline_us
     }

@@ -7,7 +7,7 @@ fn holder() -> Arc<str> {
 }
 
 fn slot() -> Arc<LeasedKey<()>> {
-    Book::new(holder(), 100).slot(1, 0, || ()).expect("room")
+    Book::new(holder(), 100).slot(1, || ()).expect("room")
 }
 
 fn grant(units: u64, grant: i64) -> Granted {
@@ -67,18 +67,6 @@ fn a_busy_key_takes_a_lease_and_spends_it_until_its_deadline() {
 }
 
 #[test]
-fn a_buckets_lease_keeps_room_for_a_clock_jump() {
-    let s = Book::new(holder(), 10)
-        .slot(1, CLOCK_JUMP_US, || ())
-        .expect("room");
-    let t = 1_000_000;
-    leased(&s, t, 100, 1);
-    assert!(matches!(s.spend(1, t + 1, true), Local::Taken { .. }));
-    let cut = t + LIFETIME_US - DRIFT_MARGIN_US - CLOCK_JUMP_US;
-    assert!(matches!(s.spend(1, cut, true), Local::Call { .. }));
-}
-
-#[test]
 fn a_grant_is_named_until_redis_acknowledges_its_end() {
     let s = slot();
     let t = 1_000_000;
@@ -101,7 +89,7 @@ fn a_grant_is_named_until_redis_acknowledges_its_end() {
 #[test]
 fn a_reload_stops_spending_and_still_names_the_grant() {
     let book: Book<()> = Book::new(holder(), 10);
-    let s = book.slot(1, 0, || ()).expect("room");
+    let s = book.slot(1, || ()).expect("room");
     let t = 1_000_000;
     leased(&s, t, 10, 3);
     s.spend(2, t + 1, true);
@@ -174,7 +162,7 @@ fn an_idle_or_dead_lease_is_given_back_until_acknowledged() {
 #[test]
 fn a_call_dropped_mid_flight_is_no_longer_counted() {
     let book: Book<()> = Book::new(holder(), 10);
-    let s = book.slot(1, 0, || ()).expect("room");
+    let s = book.slot(1, || ()).expect("room");
     let (_ask, flight) = s.begin(1, 1000, true, 0, &holder());
     assert_eq!(book.sizes().in_flight, 1);
     drop(flight);
@@ -185,20 +173,20 @@ fn a_call_dropped_mid_flight_is_no_longer_counted() {
 #[test]
 fn the_book_is_bounded() {
     let book: Book<()> = Book::new(holder(), 2);
-    assert!(book.slot(1, 0, || ()).is_some());
-    assert!(book.slot(2, 0, || ()).is_some());
-    assert!(book.slot(3, 0, || ()).is_none());
-    assert!(book.slot(1, 0, || ()).is_some());
+    assert!(book.slot(1, || ()).is_some());
+    assert!(book.slot(2, || ()).is_some());
+    assert!(book.slot(3, || ()).is_none());
+    assert!(book.slot(1, || ()).is_some());
     book.sweep(FORGET_US + FORGET_EVERY_US);
-    assert!(book.slot(3, 0, || ()).is_some());
+    assert!(book.slot(3, || ()).is_some());
 }
 
 #[test]
 fn the_sweep_sees_the_keys_that_kept_a_grant() {
     let book: Book<()> = Book::new(holder(), 10);
     let (a, b) = (
-        book.slot(1, 0, || ()).expect("room"),
-        book.slot(2, 0, || ()).expect("room"),
+        book.slot(1, || ()).expect("room"),
+        book.slot(2, || ()).expect("room"),
     );
     let t = 1_000_000;
     let (ask, flight) = a.begin(1, 1000, true, 0, &holder());
@@ -233,11 +221,11 @@ fn the_sweep_sees_the_keys_that_kept_a_grant() {
 #[test]
 fn an_entry_taken_by_a_request_is_not_forgotten_before_it_spends() {
     let book: Book<()> = Book::new(holder(), 10);
-    let taken = book.slot(1, 0, || ()).expect("room");
+    let taken = book.slot(1, || ()).expect("room");
     // Idle by its clock (never spent), and the walk for idle keys is due.
     let later = FORGET_US + FORGET_EVERY_US;
     book.sweep(later);
-    let again = book.slot(1, 0, || ()).expect("room");
+    let again = book.slot(1, || ()).expect("room");
     assert!(
         Arc::ptr_eq(&taken, &again),
         "one entry per key while it is held"
@@ -263,6 +251,8 @@ fn a_slice_refills_at_its_rate_up_to_its_cap_until_its_deadline() {
         returned: 0,
         cap: 4 * UNIT,
         rate: 1000 * UNIT,
+        last_grant: 3,
+        witness_due: 0,
     };
     // Answered 100 µs after it was sent: the refill counts from then.
     s.granted(t, t + 100, &ask, slice, rep(0, 10));
@@ -279,7 +269,7 @@ fn a_slice_refills_at_its_rate_up_to_its_cap_until_its_deadline() {
     }
     assert!(matches!(s.spend(1, t + 100_000, true), Local::Paced { .. }));
     // Near its deadline a request renews it; the refill until the call is reported.
-    let deadline = t + LIFETIME_US - DRIFT_MARGIN_US;
+    let deadline = t + LIFETIME_US - DRIFT_MARGIN_US - SLICE_SPARE_US;
     let near = deadline - SLICE_RENEW_US / 2;
     for _ in 0..4 {
         assert!(matches!(s.spend(1, near, true), Local::Taken { .. }));
@@ -303,12 +293,47 @@ fn a_slice_reports_its_refill_until_the_call_and_none_after_its_deadline() {
         returned: 0,
         cap: 1000 * UNIT,
         rate: 1000 * UNIT,
+        last_grant: 5,
+        witness_due: 0,
     };
     s.granted(t, t, &ask, slice, rep(0, 10));
     drop(flight);
-    let deadline = t + LIFETIME_US - DRIFT_MARGIN_US;
+    let deadline = t + LIFETIME_US - DRIFT_MARGIN_US - SLICE_SPARE_US;
     // Past the deadline: what it refilled until the deadline only.
     let (back, _flight) = s.give_back(deadline + 500_000, &holder()).expect("ended");
     assert_eq!(back.given_back, 5);
     assert_eq!(back.unspent, (deadline - t) * 1000 * UNIT / 1_000_000);
+}
+
+#[test]
+fn a_witness_calls_when_due_without_giving_its_own_lease_back() {
+    let s = slot();
+    let t = 3_000_000;
+    leased(&s, t - 100_000, 100, 4);
+    // A reply that names this host the witness of another holder's lease, which it
+    // could end 1.5 s before t + 2 s (its grace), and shows grant 9 (read at t).
+    s.spend(1, t, true);
+    let (ask, flight) = s.begin(1, 1000, true, t, &holder());
+    let renewed = Granted {
+        last_grant: 9,
+        witness_due: t + 500_000 - WITNESS_GRACE_US,
+        ..grant(100, 9)
+    };
+    s.granted(t, t, &ask, renewed, rep(50, 100));
+    drop(flight);
+    // Busy and its lease live: no call before then, then one that gives nothing back
+    // and names what it read.
+    let due = t + 500_000;
+    s.spend(1, due - 1, true);
+    assert!(s.give_back(due - 1, &holder()).is_none());
+    let (call, flight) = s.give_back(due, &holder()).expect("due");
+    assert_eq!((call.given_back, call.want), (0, 0));
+    assert_eq!((call.seen, call.seen_at), (9, t));
+    assert!(
+        matches!(s.spend(1, due + 1, true), Local::Taken { .. }),
+        "its own lease is still spent"
+    );
+    drop(flight);
+    // Not due again until a reply says so.
+    assert!(s.give_back(due + 100, &holder()).is_none());
 }

@@ -18,13 +18,12 @@
 
 use super::{ActiveRule, Check, Decided, Limiter};
 use crate::admission::Peer;
-use crate::algorithm::Family;
 use crate::clock::boottime_us;
 use crate::clock::local_clock_us;
 use crate::config::{OnRedisFailure, Rule};
 use crate::decision::{Decision, Source};
 use crate::fallback::decide_without_redis;
-use crate::lease::{LeasedKey, Local, Reported, Request, CLOCK_JUMP_US};
+use crate::lease::{LeasedKey, Local, Reported, Request};
 use crate::store::{Store, StoreError};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -59,16 +58,12 @@ impl<S: Store> Limiter<S> {
             .get(rule.name.len() + 1..)
             .unwrap_or_default();
         self.start_sweeper();
-        let spare_us = match rule.params.kind().spec().family {
-            Family::Bucket { .. } => CLOCK_JUMP_US,
-            Family::Window { .. } | Family::Slots => 0,
-        };
         let home = || Home {
             key: redis.key(tag, &rule.params),
             rule: Arc::clone(rule),
         };
         // The book is full: decided by the lease script, without a lease.
-        let slot = self.leases.slot(key, spare_us, home);
+        let slot = self.leases.slot(key, home);
         let hot = match &slot {
             None => false,
             Some(slot) => match slot.spend(u64::from(cost), boottime_us(), true) {
@@ -102,15 +97,25 @@ impl<S: Store> Limiter<S> {
                 entry.sent(key, key_bytes, now_us);
                 Check::Redis(Box::pin(async move {
                     let rule = Arc::clone(&entry.rule);
-                    let request = Request::cold(&this.leases.holder);
                     // A key on the per-request path (cold, or the book full): counted in
                     // flight while its call runs, so that it stays in the book.
-                    let _flight = slot
-                        .as_ref()
-                        .map(|s| s.begin(0, 0, false, 0, &request.holder).1);
+                    let sent_us = boottime_us();
+                    let (request, _flight) = match &slot {
+                        Some(s) => {
+                            let (r, f) = s.begin(0, 0, false, sent_us, &this.leases.holder);
+                            (r, Some(f))
+                        }
+                        None => (Request::cold(&this.leases.holder), None),
+                    };
                     let at = redis_key.clone();
-                    let call = redis.lease(route, at, rule.params, cost, request, in_flight);
-                    let d = this.answered(&rule, key, cost, &redis_key, call.await.map(|(o, _)| o));
+                    let call =
+                        redis.lease(route, at, rule.params, cost, request.clone(), in_flight);
+                    let answer = call.await;
+                    if let (Some(s), Ok((o, g))) = (&slot, &answer) {
+                        s.granted(sent_us, boottime_us(), &request, *g, reported(o));
+                        this.leases.kept(key, s);
+                    }
+                    let d = this.answered(&rule, key, cost, &redis_key, answer.map(|(o, _)| o));
                     this.record(&entry, key, d)
                 }))
             }

@@ -385,6 +385,9 @@ impl RedisStore {
                 lifetime_us: 0,
                 pace_us: 0,
                 generation: 0,
+                mono_us: 0,
+                seen: 0,
+                seen_at: 0,
             };
             self.lease_unbounded(primary, &key, &rule.params, 0, &ask)
                 .await

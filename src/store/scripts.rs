@@ -245,7 +245,9 @@ pub fn outcome(reply: &[i64]) -> Result<Outcome, Error> {
 }
 
 /// The lease script's arguments: the decision's three, `""` for "now" (Redis TIME), then
-/// the lease's (holder, grant given back, unspent, wanted, lifetime µs, pace µs), the
+/// the lease's (holder, grant given back, unspent, wanted, lifetime µs, pace µs, this
+/// host's monotonic clock µs or `""`, the key's last grant read and when, µs or `""`),
+/// the
 /// holder's µ-units in the algorithm's units (µ-tokens for buckets, whole units, floored,
 /// for windows).
 pub fn lease_args(params: &Params, cost: u32, ask: &Request) -> Vec<Value> {
@@ -262,6 +264,17 @@ pub fn lease_args(params: &Params, cost: u32, ask: &Request) -> Vec<Value> {
     ));
     args.push(Value::Integer(ask.lifetime_us as i64));
     args.push(Value::Integer(ask.pace_us as i64));
+    args.push(if ask.mono_us == 0 {
+        Value::from("")
+    } else {
+        Value::Integer(i64::try_from(ask.mono_us).unwrap_or(i64::MAX))
+    });
+    args.push(Value::Integer(ask.seen));
+    args.push(if ask.seen_at == 0 {
+        Value::from("")
+    } else {
+        Value::Integer(i64::try_from(ask.seen_at).unwrap_or(i64::MAX))
+    });
     args
 }
 
@@ -276,13 +289,14 @@ fn lease_unit(params: &Params) -> u64 {
 
 /// Reads a lease script's reply: the decision's four integers, then (in the algorithm's
 /// units) the units granted now, the lease's lifetime in µs, its grant number, the units
-/// the grant named gave back, and a slice's cap and refill (per s); in the holder's
-/// µ-units.
+/// the grant named gave back, a slice's cap and refill (per s), the key's last grant
+/// number and when this host could end a lease it is the witness of (µs, its clock);
+/// in the holder's µ-units.
 pub fn lease_reply(params: &Params, reply: &[i64]) -> Result<(Outcome, Granted), Error> {
     let per = lease_unit(params);
     let mu = |v: i64| (v.max(0) as u64).saturating_mul(per);
     match *reply {
-        [a, b, c, d, units, lifetime_us, grant, returned, cap, rate] => Ok((
+        [a, b, c, d, units, lifetime_us, grant, returned, cap, rate, last_grant, due] => Ok((
             outcome(&[a, b, c, d])?,
             Granted {
                 units: mu(units),
@@ -291,11 +305,13 @@ pub fn lease_reply(params: &Params, reply: &[i64]) -> Result<(Outcome, Granted),
                 returned: mu(returned),
                 cap: mu(cap),
                 rate: mu(rate),
+                last_grant,
+                witness_due: due.max(0) as u64,
             },
         )),
         _ => Err(Error::new(
             ErrorKind::Parse,
-            format!("lease script returned {reply:?}, expected 10 integers"),
+            format!("lease script returned {reply:?}, expected 12 integers"),
         )),
     }
 }

@@ -152,6 +152,8 @@ pub(crate) struct RedisNode {
     pub(crate) cluster_port: Option<u16>,
     pub(crate) dir: PathBuf,
     pub(crate) child: Option<Child>,
+    /// Set in the server's environment (e.g. `LD_PRELOAD`), at every launch.
+    pub(crate) env: Vec<(String, String)>,
 }
 
 impl RedisNode {
@@ -159,6 +161,16 @@ impl RedisNode {
     /// it; retried on new ports (up to NODE_START_ATTEMPTS) if it cannot start,
     /// e.g. because a port was taken between picking and binding.
     pub(crate) fn create(base: &Path, name: &str, cluster: Option<u64>) -> RedisNode {
+        Self::create_with_env(base, name, cluster, &[])
+    }
+
+    /// [`RedisNode::create`] with `env` set in the server's environment.
+    pub(crate) fn create_with_env(
+        base: &Path,
+        name: &str,
+        cluster: Option<u64>,
+        env: &[(String, String)],
+    ) -> RedisNode {
         let dir = base.join(name);
         let mut errors = Vec::new();
         for _ in 0..NODE_START_ATTEMPTS {
@@ -171,6 +183,7 @@ impl RedisNode {
                 cluster_port: cluster.map(|_| free_port()),
                 dir: dir.clone(),
                 child: None,
+                env: env.to_vec(),
             };
             fs::write(node.conf_path(), node.config_text(cluster)).expect("writing redis.conf");
             match node.launch() {
@@ -244,6 +257,7 @@ impl RedisNode {
         let stdio = fs::File::create(self.stdio_path()).expect("creating stdio.log");
         let mut cmd = Command::new(redis_server_bin());
         cmd.arg(self.conf_path())
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(stdio.try_clone().expect("dup stdio.log"))
@@ -338,8 +352,13 @@ pub struct RedisStandalone {
 
 impl RedisStandalone {
     pub fn start() -> Self {
+        Self::start_with_env(&[])
+    }
+
+    /// A server with `env` set in its environment (e.g. `LD_PRELOAD` of a clock shim).
+    pub fn start_with_env(env: &[(String, String)]) -> Self {
         let dir = short_tempdir("rld-redis-");
-        let node = RedisNode::create(dir.path(), "standalone", None);
+        let node = RedisNode::create_with_env(dir.path(), "standalone", None, env);
         RedisStandalone { node, dir }
     }
 
