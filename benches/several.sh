@@ -88,7 +88,7 @@ redis_stats() {
   for p in "$@"; do
     line=$(redis-cli -p "$p" INFO commandstats | tr -d '\r' | grep '^cmdstat_evalsha:' || true)
     if [ -n "$line" ]; then
-      calls=$((calls + $(sed -n 's/.*calls=\([0-9]*\).*/\1/p' <<<"$line")))
+      calls=$((calls + $(sed -n 's/.*:calls=\([0-9]*\).*/\1/p' <<<"$line")))
       usec=$((usec + $(sed -n 's/.*usec=\([0-9]*\),.*/\1/p' <<<"$line")))
     fi
   done
