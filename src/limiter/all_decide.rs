@@ -47,7 +47,9 @@ impl<S: Store> Limiter<S> {
                     let all = outcomes.iter().all(|t| t.outcome.allowed);
                     for (&i, t) in g.members.iter().zip(&outcomes) {
                         let item = &mut items[i];
-                        let rule = &item.entry.rule;
+                        // The parameters Redis decided under: a run-time override's.
+                        let entry = self.tiers.resolve(&item.entry, item.key, t.outcome.tier);
+                        let rule = &entry.rule;
                         if rule.on_redis_failure == OnRedisFailure::Local {
                             self.local
                                 .observe(item.key, rule, &t.outcome, local_clock_us());

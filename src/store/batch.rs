@@ -299,7 +299,7 @@ fn answer_all(batch: Vec<Job>, e: &Error) {
 
 /// One decision's part of the batch script's reply: its script's integers, or the text
 /// of its error; `None` for a key Redis refused as not the node's own (`ALONE …`).
-fn item_reply(item: Value) -> Option<Reply> {
+pub(super) fn item_reply(item: Value) -> Option<Reply> {
     let text = match item {
         Value::Array(values) => {
             return Some(

@@ -21,6 +21,7 @@
 //! against a scripted store for the failures).
 
 mod batch;
+mod batch_all;
 pub mod connect;
 pub mod connection_errors;
 pub mod credentials;

@@ -1,11 +1,13 @@
 //! What goes to Redis for decisions on several keys at once (`CHECKALL`, composite
-//! rules) and for giving units back (`REFUND`, the undo of a reservation): the two
-//! scripts, their arguments and how their replies are read.
+//! rules) and for giving units back (`REFUND`, the undo of a reservation): the scripts,
+//! their arguments and how their replies are read.
 //!
-//! Both scripts are assembled like the batch script ([`super::scripts::batch_lua`]):
+//! The scripts are assembled like the batch script ([`super::scripts::batch_lua`]):
 //! the prelude, the shared parts and each algorithm's own file as a function, then a
-//! loop of their own (`lua/all.lua`; `lua/give_back.lua` with `lua/give_back_loop.lua`).
-//! So the decisions are the algorithms' own, operation for operation.
+//! part of their own: the all-or-nothing group (`lua/all.lua`) with the loop of one
+//! group (`lua/all_one.lua`) or of several groups of one primary (`lua/all_batch.lua`,
+//! [`super::batch_all`]); `lua/give_back.lua` with `lua/give_back_loop.lua`. So the
+//! decisions are the algorithms' own, operation for operation.
 
 use super::scripts::args;
 use crate::algorithm::{Family, Kind, Outcome, Params};
@@ -22,10 +24,15 @@ pub struct Taken {
     pub at_us: i64,
 }
 
+/// The head of a script on several keys declared in `KEYS`: `items` is `ARGV`, `keys`
+/// the declared keys, `at` 1; `ARGV` and `KEYS` emptied for the algorithms.
+const DECLARED: &str = "local items, ARGV, keys, KEYS = ARGV, {}, KEYS, {}\nlocal at = 1\n";
+
 /// The prelude, the shared parts and every algorithm as `decide_<index>(ARGV)` listed
-/// in `algorithms`, for a loop over several keys (the batch script's head).
-fn head() -> String {
-    let mut lua = String::from("local items, ARGV, keys, KEYS = ARGV, {}, KEYS, {}\n");
+/// in `algorithms`, for a loop over several keys (the batch script's head), after
+/// `first` (where the keys come from: [`DECLARED`]).
+fn head(first: &str) -> String {
+    let mut lua = String::from(first);
     lua.push_str(include_str!("../../lua/prelude.lua"));
     let mut parts: Vec<&str> = Vec::new();
     for part in Kind::ALL.iter().flat_map(|k| k.spec().parts) {
@@ -47,8 +54,8 @@ fn head() -> String {
 }
 
 /// [`head`], then the give-back functions listed in `give_backs`.
-fn head_with_give_backs() -> String {
-    let mut lua = head();
+fn head_with_give_backs(first: &str) -> String {
+    let mut lua = head(first);
     lua.push_str(include_str!("../../lua/give_back.lua"));
     // A concurrency rule's slots are given back by RELEASE, never here (the limiter
     // refuses them first); its entry keeps the table in the algorithms' order.
@@ -64,16 +71,39 @@ fn head_with_give_backs() -> String {
     lua
 }
 
-/// The all-or-nothing script (`lua/all.lua`): keys of one slot decided together.
+/// The all-or-nothing script (`lua/all.lua`, `lua/all_one.lua`): keys of one slot
+/// decided together.
 pub fn all_lua() -> String {
-    let mut lua = head_with_give_backs();
+    let mut lua = head_with_give_backs(DECLARED);
     lua.push_str(include_str!("../../lua/all.lua"));
+    lua.push_str(include_str!("../../lua/all_one.lua"));
     lua
+}
+
+/// The all-or-nothing batch script (`lua/all.lua`, `lua/all_batch.lua`): several groups
+/// of one primary, each all or nothing. With `clustered`, Redis Cluster's: one key
+/// declared to route the call, every key in `ARGV`, as the cluster batch script
+/// ([`super::scripts::cluster_batch_lua`], which says what Redis checks).
+pub fn all_batch_lua(clustered: bool) -> String {
+    let mut lua = match clustered {
+        false => head_with_give_backs(DECLARED),
+        true => head_with_give_backs(super::scripts::CLUSTER_HEAD),
+    };
+    lua.push_str(include_str!("../../lua/all.lua"));
+    lua.push_str(include_str!("../../lua/all_batch.lua"));
+    lua
+}
+
+/// The all-or-nothing batch script's share of `ARGV` for one group of `n` keys: the
+/// count, then the group's [`all_args`].
+pub fn all_batch_args(n: usize, group: &[Value], into: &mut Vec<Value>) {
+    into.push(Value::Integer(n as i64));
+    into.extend(group.iter().cloned());
 }
 
 /// The give-back script (`lua/give_back.lua`, `lua/give_back_loop.lua`).
 pub fn give_back_lua() -> String {
-    let mut lua = head_with_give_backs();
+    let mut lua = head_with_give_backs(DECLARED);
     lua.push_str(include_str!("../../lua/give_back_loop.lua"));
     lua
 }
@@ -111,7 +141,7 @@ pub fn give_back_args(items: &[(Params, u32, Option<i64>)]) -> Vec<Value> {
 /// # Errors
 /// A reply of another length (a parse error: the key's problem, not Redis's).
 pub fn taken(reply: &[i64], n: usize) -> Result<Vec<Taken>, Error> {
-    if reply.len() != 5 * n {
+    if reply.len() != 8 * n {
         return Err(Error::new(
             ErrorKind::Parse,
             format!(
@@ -121,10 +151,15 @@ pub fn taken(reply: &[i64], n: usize) -> Result<Vec<Taken>, Error> {
         ));
     }
     reply
-        .chunks(5)
+        .chunks(8)
         .map(|c| {
+            let outcome = if c[5] > 0 {
+                super::scripts::outcome(&[c[0], c[1], c[2], c[3], c[5], c[6], c[7]])?
+            } else {
+                super::scripts::outcome(&c[..4])?
+            };
             Ok(Taken {
-                outcome: super::scripts::outcome(&c[..4])?,
+                outcome,
                 at_us: c[4],
             })
         })

@@ -12,8 +12,8 @@ use fred::types::scripts::Script;
 use fred::types::Value;
 
 /// Every algorithm's script, then every lease script, then the batch script, the
-/// all-or-nothing script, the give-back script and (Redis Cluster only) the cluster
-/// batch script, loaded together.
+/// all-or-nothing script, the give-back script, the all-or-nothing batch script and
+/// (Redis Cluster only) the cluster batch script, loaded together.
 pub struct Scripts(Vec<Script>);
 
 /// The lease script of an algorithm that takes leases (`lease = "auto"`): prelude, the
@@ -36,6 +36,7 @@ impl Scripts {
         scripts.push(Script::from_lua(batch_lua()));
         scripts.push(Script::from_lua(super::multi::all_lua()));
         scripts.push(Script::from_lua(super::multi::give_back_lua()));
+        scripts.push(Script::from_lua(super::multi::all_batch_lua(clustered)));
         if clustered {
             scripts.push(Script::from_lua(cluster_batch_lua()));
         }
@@ -68,10 +69,16 @@ impl Scripts {
         &self.0[2 * Kind::ALL.len() + 2]
     }
 
+    /// The all-or-nothing batch script ([`super::multi::all_batch_lua`]), the cluster's
+    /// when made for a cluster.
+    pub fn all_batch(&self) -> &Script {
+        &self.0[2 * Kind::ALL.len() + 3]
+    }
+
     /// The cluster batch script ([`cluster_batch_lua`]); `None` unless made for a
     /// cluster.
     pub fn cluster_batch(&self) -> Option<&Script> {
-        self.0.get(2 * Kind::ALL.len() + 3)
+        self.0.get(2 * Kind::ALL.len() + 4)
     }
 
     /// Every script.
@@ -107,13 +114,16 @@ pub fn batch_lua() -> String {
 /// raise an error before the command runs; the loop (`lua/batch.lua`) returns those as
 /// `ALONE …`, to be sent on their own.
 pub fn cluster_batch_lua() -> String {
-    batch_lua_from(
-        "#!lua flags=allow-cross-slot-keys\n\
-         local items, ARGV, KEYS = ARGV, {}, {}\n\
-         local keys, at = {}, tonumber(items[1]) + 2\n\
-         for i = 1, at - 2 do\n  keys[i] = items[i + 1]\nend\n",
-    )
+    batch_lua_from(CLUSTER_HEAD)
 }
+
+/// The head of a Redis Cluster script on keys of several slots ([`cluster_batch_lua`]):
+/// `keys` read from `ARGV` ([`cluster_batch_call`]), `at` the index of the first item
+/// after them.
+pub const CLUSTER_HEAD: &str = "#!lua flags=allow-cross-slot-keys\n\
+     local items, ARGV, KEYS = ARGV, {}, {}\n\
+     local keys, at = {}, tonumber(items[1]) + 2\n\
+     for i = 1, at - 2 do\n  keys[i] = items[i + 1]\nend\n";
 
 /// The cluster batch script's `KEYS` and the head of its `ARGV` for `keys`: the first
 /// key declared (the call goes where it lives), then the count of keys and the keys.

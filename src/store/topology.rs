@@ -8,6 +8,7 @@
 //! a primary that answers; standalone Redis is one primary owning every slot.
 
 use super::batch::Batcher;
+use super::batch_all::GroupBatcher;
 use super::health::{Circuit, PrimaryHealth};
 use fred::prelude::*;
 use fred::types::cluster::ClusterRouting;
@@ -37,6 +38,8 @@ pub struct Primary {
     pub retired: AtomicBool,
     /// Its decisions waiting to go together ([`super::batch`]).
     pub(super) batch: Batcher,
+    /// Its all-or-nothing groups waiting to go together ([`super::batch_all`]).
+    pub(super) batch_all: GroupBatcher,
 }
 
 impl Primary {
@@ -171,6 +174,7 @@ pub fn primary(
         reload_lock: tokio::sync::Mutex::new(()),
         retired: AtomicBool::new(false),
         batch: Batcher::new(),
+        batch_all: GroupBatcher::new(),
     }
 }
 

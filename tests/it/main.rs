@@ -18,6 +18,7 @@ mod bounded;
 mod checkall;
 mod cluster;
 mod cluster_batch;
+mod cluster_batch_all;
 mod cluster_batch_moves;
 mod cluster_batch_slow;
 mod cluster_slots;

@@ -202,11 +202,18 @@ fn checkall_composites_and_refunds_decide_under_the_override() {
     let allowed = replies.iter().filter(|r| r.starts_with("ALLOW ")).count();
     assert_eq!(allowed, 2, "{replies:?}");
     assert!(replies[2].starts_with("DENY "), "{replies:?}");
+    // The reply states the override's limit, on ALLOW and on DENY.
+    for r in &replies {
+        assert_eq!(parse_reply(r).limit, 2, "{replies:?}");
+    }
     // A composite's member under an override: w's 1 of its 3 binds.
     assert_eq!(c.request("OVERRIDE w t:m limit=1"), "OK");
     let replies = c.pipeline(&vec!["CHECK both t:m".to_string(); 3]);
     let allowed = replies.iter().filter(|r| r.starts_with("ALLOW ")).count();
     assert_eq!(allowed, 1, "{replies:?}");
+    // The binding member is w, under its override's limit of 1.
+    let denied = parse_reply(&replies[2]);
+    assert_eq!((denied.verdict.as_str(), denied.limit), ("DENY", 1), "{replies:?}");
     // REFUND is capped at the override's capacity (3), not the rule's (5).
     assert_eq!(c.request("OVERRIDE r t:f capacity=3"), "OK");
     admits(&mut c, "r", "t:f", 3);

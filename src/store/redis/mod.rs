@@ -286,6 +286,9 @@ impl RedisStore {
         primary
             .batch
             .start(Arc::downgrade(self), Arc::downgrade(primary), self.timeout);
+        primary
+            .batch_all
+            .start(Arc::downgrade(self), Arc::downgrade(primary));
         self.record_errors(&primary.client);
         drop(primary.client.connect());
         let p = Arc::clone(primary);

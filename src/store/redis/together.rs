@@ -1,22 +1,29 @@
 //! Calls on several keys of one slot: the all-or-nothing script (`CHECKALL`, composite
-//! rules) and the give-back script (`REFUND`, the undo of a reservation), one EVALSHA
-//! each, with `NOSCRIPT` reloaded as for a single decision.
+//! rules; its groups of one primary go together, [`crate::store::batch_all`]) and the
+//! give-back script (`REFUND`, the undo of a reservation), one EVALSHA each, with
+//! `NOSCRIPT` reloaded as for a single decision.
 //!
 //! An `ASK` (the slot is migrating) is not followed here: the call fails as this key's
 //! error and the caller decides without Redis, as for any key error.
 
 use super::RedisStore;
 use crate::algorithm::{Outcome, Params};
+use crate::store::batch::batchable;
+use crate::store::batch_all::{GroupAnswer, GroupJob};
 use crate::store::multi::{self, Taken};
 use crate::store::topology::Primary;
 use crate::store::StoreKey;
-use fred::error::Error;
+use fred::error::{Error, ErrorKind};
 use fred::types::scripts::Script;
-use fred::types::{Key, Value};
+use fred::types::{FromValue, Key, Value};
 use std::sync::atomic::Ordering;
+use tokio::sync::oneshot;
 
 impl RedisStore {
-    /// Decides `items` (keys of one slot on `primary`) all or nothing, unbounded.
+    /// Decides `items` (keys of one slot on `primary`) all or nothing, unbounded: with
+    /// the other groups waiting for `primary` ([`crate::store::batch_all`]) unless a key
+    /// is a sliding window log's or (Redis Cluster) its slot is in doubt; a group the
+    /// batch refused goes again on its own.
     ///
     /// # Errors
     /// What Redis or the connection reports, or a malformed reply.
@@ -25,11 +32,38 @@ impl RedisStore {
         primary: &Primary,
         items: &[(StoreKey, Params, u32)],
     ) -> Result<Vec<Taken>, Error> {
-        let keys: Vec<Key> = items.iter().map(|(k, _, _)| k.0.clone()).collect();
         let shapes: Vec<(Params, u32)> = items.iter().map(|(_, p, c)| (*p, *c)).collect();
         let args = multi::all_args(&shapes);
+        let batched = primary.batch_all.started()
+            && items.iter().all(|(key, params, _)| {
+                batchable(params.kind())
+                    && !(self.clustered && self.unsettled.holds(key.0.as_bytes()))
+            });
+        if batched {
+            let (reply, answer) = oneshot::channel();
+            let job = GroupJob {
+                keys: items.iter().map(|(k, _, _)| k.clone()).collect(),
+                args: args.clone(),
+                reply,
+            };
+            if primary.batch_all.submit(job).is_ok() {
+                match answer.await {
+                    Ok(GroupAnswer::Replied(reply)) => return multi::taken(&reply?, items.len()),
+                    Ok(GroupAnswer::Alone) => {}
+                    // Only a bug of this process drops a group unanswered: the keys'
+                    // problem, decided without Redis.
+                    Err(_) => {
+                        return Err(Error::new(
+                            ErrorKind::Unknown,
+                            "ERR the all-or-nothing batch sender stopped",
+                        ))
+                    }
+                }
+            }
+        }
+        let keys: Vec<Key> = items.iter().map(|(k, _, _)| k.0.clone()).collect();
         let script = self.scripts.together();
-        let reply = Box::pin(self.run_on_keys(primary, script, keys, args)).await?;
+        let reply: Vec<i64> = Box::pin(self.run_on_keys(primary, script, keys, args)).await?;
         multi::taken(&reply, items.len())
     }
 
@@ -47,23 +81,24 @@ impl RedisStore {
             items.iter().map(|(_, p, u, at)| (*p, *u, *at)).collect();
         let args = multi::give_back_args(&shapes);
         let script = self.scripts.give_back();
-        let reply = Box::pin(self.run_on_keys(primary, script, keys, args)).await?;
+        let reply: Vec<i64> = Box::pin(self.run_on_keys(primary, script, keys, args)).await?;
         multi::given_back(&reply, items.len())
     }
 
-    /// EVALSHA of `script` on `keys` (one slot) with `args`; on `NOSCRIPT` the scripts
-    /// are re-loaded (one caller for all) and the call retried, at most twice.
-    async fn run_on_keys(
+    /// EVALSHA of `script` on `keys` (one slot, or the routing key of a cluster batch)
+    /// with `args`; on `NOSCRIPT` the scripts are re-loaded (one caller for all) and the
+    /// call retried, at most twice.
+    pub(in crate::store) async fn run_on_keys<R: FromValue>(
         &self,
         primary: &Primary,
         script: &Script,
         keys: Vec<Key>,
         args: Vec<Value>,
-    ) -> Result<Vec<i64>, Error> {
+    ) -> Result<R, Error> {
         let mut generation = primary.reloads.load(Ordering::Acquire);
         let mut reloads = 0;
         loop {
-            let reply: Result<Vec<i64>, Error> = script
+            let reply: Result<R, Error> = script
                 .evalsha(&primary.client, keys.clone(), args.clone())
                 .await;
             match reply {

@@ -76,6 +76,10 @@ struct Args {
     /// a SplitMix64 hash of the counter, so runs are reproducible.
     #[arg(long)]
     keys: Option<u64>,
+    /// Replace `{ n }` with line `n mod lines` of this file instead of `n` itself
+    /// (e.g. keys chosen for their hash slots: tools/src/bin/same_slot_keys.rs).
+    #[arg(long)]
+    values: Option<PathBuf>,
     /// Zero-pad the counter to this many digits (fixed-length requests, e.g.
     /// RESP bulk strings whose `$<len>` must stay right).
     #[arg(long, default_value_t = 0)]
@@ -87,6 +91,11 @@ struct Args {
     /// Count replies whose first line does not start with this prefix as errors.
     #[arg(long)]
     expect: Option<String>,
+    /// Check every reply line against `--expect` and `--expect-contains`, not only the
+    /// first of each `--reply-lines` (a template of several requests, e.g. two pipelined
+    /// `CHECK`s with `--reply-lines 2`).
+    #[arg(long)]
+    check_every_line: bool,
     /// Count replies whose first line does not contain this text as errors
     /// (e.g. " redis" to check the reply's source field).
     #[arg(long)]
@@ -164,6 +173,8 @@ struct Template {
     parts: Vec<Vec<u8>>,
     /// Minimum digits of `n` (zero-padded).
     width: usize,
+    /// What `{n}` stands for, by `n mod len` (`--values`); empty: `n` itself.
+    values: Vec<Vec<u8>>,
 }
 
 impl Template {
@@ -179,7 +190,11 @@ impl Template {
             rest = &rest[pos + 3..];
         }
         parts.push(rest.to_vec());
-        Ok(Template { parts, width })
+        Ok(Template {
+            parts,
+            width,
+            values: Vec::new(),
+        })
     }
 
     fn has_counter(&self) -> bool {
@@ -194,7 +209,10 @@ impl Template {
             buf.extend_from_slice(last);
             return;
         }
-        let digits = num.format(n).as_bytes();
+        let digits = match self.values.len() {
+            0 => num.format(n).as_bytes(),
+            len => &self.values[(n % len as u64) as usize],
+        };
         let pad = self.width.saturating_sub(digits.len());
         for p in init {
             buf.extend_from_slice(p);
@@ -320,13 +338,15 @@ struct LineCheck {
     keep: usize,
     /// Only the first line of each `reply_lines`-line reply is checked.
     reply_lines: usize,
+    /// Check every line, not only each reply's first.
+    every: bool,
     line_no: usize,
     errors: u64,
     first_bad: Option<Vec<u8>>,
 }
 
 impl LineCheck {
-    fn new(prefix: Vec<u8>, contains: Vec<u8>, reply_lines: usize) -> Self {
+    fn new(prefix: Vec<u8>, contains: Vec<u8>, reply_lines: usize, every: bool) -> Self {
         let keep = prefix.len().max(contains.len()).max(KEEP_BAD_LINE);
         LineCheck {
             prefix,
@@ -335,6 +355,7 @@ impl LineCheck {
             cur_len: 0,
             keep,
             reply_lines,
+            every,
             line_no: 0,
             errors: 0,
             first_bad: None,
@@ -342,7 +363,7 @@ impl LineCheck {
     }
 
     fn check_line(&mut self, line: &[u8]) {
-        let first = self.line_no == 0;
+        let first = self.every || self.line_no == 0;
         self.line_no += 1;
         if self.line_no == self.reply_lines {
             self.line_no = 0;
@@ -411,6 +432,8 @@ struct Shared {
     reserved: AtomicU64,
     /// (prefix, substring) the first line of each reply must match.
     expect: Option<(Vec<u8>, Vec<u8>)>,
+    /// `--check-every-line`.
+    every: bool,
 }
 
 struct ConnResult {
@@ -459,7 +482,7 @@ async fn run_conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, sh: Arc<Shared>) 
     let mut check = sh
         .expect
         .clone()
-        .map(|(p, c)| LineCheck::new(p, c, sh.reply_lines));
+        .map(|(p, c)| LineCheck::new(p, c, sh.reply_lines, sh.every));
     let mut num = itoa::Buffer::new();
     let mut wbuf: Vec<u8> = Vec::with_capacity(d * 128);
     let dynamic = sh.template.has_counter();
@@ -659,7 +682,18 @@ impl Summary<'_> {
 // ---------------------------------------------------------------------------
 
 async fn run(args: Args) -> Result<bool, String> {
-    let template = Template::parse(&args.request, args.n_width)?;
+    let mut template = Template::parse(&args.request, args.n_width)?;
+    if let Some(path) = &args.values {
+        let text = std::fs::read(path).map_err(|e| format!("--values {}: {e}", path.display()))?;
+        template.values = text
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect();
+        if template.values.is_empty() {
+            return Err(format!("--values {}: no lines", path.display()));
+        }
+    }
     let target = match (&args.tcp, &args.socket) {
         (Some(t), _) => format!("tcp:{t}"),
         (None, Some(p)) => format!("unix:{}", p.display()),
@@ -695,6 +729,7 @@ async fn run(args: Args) -> Result<bool, String> {
                 c.as_deref().map(unescape).unwrap_or_default(),
             )),
         },
+        every: args.check_every_line,
     });
 
     let handles: Vec<_> = conns
@@ -811,6 +846,11 @@ fn self_test() {
         b.clear();
         t.expand_into(&mut b, 42, &mut num);
         assert_eq!(b, b"$5\r\n00042\r\n");
+        let mut t = Template::parse("CHECK api {n}\\n", 0).unwrap();
+        t.values = vec![b"a".to_vec(), b"bc".to_vec()];
+        b.clear();
+        t.expand_into(&mut b, 3, &mut num);
+        assert_eq!(b, b"CHECK api bc\n");
         assert!(Template::parse("PING", 0).is_err());
         assert!(!Template::parse("PING\\r\\n", 0).unwrap().has_counter());
     }
@@ -829,19 +869,22 @@ fn self_test() {
         assert_eq!(h.quantile(1.0), 1_000_000);
     }
     {
-        let mut c = LineCheck::new(b"+PONG".to_vec(), Vec::new(), 1);
+        let mut c = LineCheck::new(b"+PONG".to_vec(), Vec::new(), 1, false);
         assert_eq!(c.feed(b"+PO"), 0);
         assert_eq!(c.feed(b"NG\r\n+PONG\r\n-ERR x"), 2);
         assert_eq!(c.feed(b"\r\n"), 1);
         assert_eq!(c.errors, 1);
         assert_eq!(c.first_bad.as_deref(), Some(&b"-ERR x"[..]));
         assert_eq!(count_newlines(b"a\nb\n\n"), 3);
-        let mut c = LineCheck::new(b"*4".to_vec(), Vec::new(), 3);
+        let mut c = LineCheck::new(b"*4".to_vec(), Vec::new(), 3, false);
         assert_eq!(c.feed(b"*4\r\n:1\r\n:2\r\n*4\r\n:1\r\n"), 5);
         assert_eq!(c.feed(b":2\r\n-ERR no\r\n"), 2);
         assert_eq!(c.errors, 1);
         assert_eq!(c.first_bad.as_deref(), Some(&b"-ERR no"[..]));
-        let mut c = LineCheck::new(b"DENY".to_vec(), b" cache".to_vec(), 1);
+        let mut c = LineCheck::new(b"ALLOW".to_vec(), Vec::new(), 2, true);
+        assert_eq!(c.feed(b"ALLOW 1\nDENY 1\nALLOW 1\nALLOW 1\n"), 4);
+        assert_eq!(c.errors, 1);
+        let mut c = LineCheck::new(b"DENY".to_vec(), b" cache".to_vec(), 1, false);
         assert_eq!(
             c.feed(b"DENY 1 0 5 5 cache\nDENY 1 0 5 5 redis\nALLOW 1 0 5 0 cache\n"),
             3
