@@ -136,8 +136,9 @@ end
 -- bits of its rate (f64 bits) or window (ms)}. Named after the state key, suffix
 -- included, so an override written for another algorithm is never read. A decision
 -- calls override() first (a read: the cluster batch still reads its key before any
--- write; a refusal of it raises nothing), which replaces args[1], args[2]; tiered() adds l, h, o to its reply, so the
--- daemon reports the overridden limit and can decide the key without Redis under it.
+-- write; a refusal of it raises nothing), which replaces args[1], args[2]; tiered()
+-- adds l, h, o to its reply, so the daemon reports the overridden limit and can decide
+-- the key without Redis under it.
 --
 -- Read with pcall: while its slot migrates, Redis Cluster refuses a script's read of a
 -- key absent from the node (the hash moved ahead of the state, or there is none), and

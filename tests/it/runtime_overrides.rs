@@ -213,7 +213,11 @@ fn checkall_composites_and_refunds_decide_under_the_override() {
     assert_eq!(allowed, 1, "{replies:?}");
     // The binding member is w, under its override's limit of 1.
     let denied = parse_reply(&replies[2]);
-    assert_eq!((denied.verdict.as_str(), denied.limit), ("DENY", 1), "{replies:?}");
+    assert_eq!(
+        (denied.verdict.as_str(), denied.limit),
+        ("DENY", 1),
+        "{replies:?}"
+    );
     // REFUND is capped at the override's capacity (3), not the rule's (5).
     assert_eq!(c.request("OVERRIDE r t:f capacity=3"), "OK");
     admits(&mut c, "r", "t:f", 3);
