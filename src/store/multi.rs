@@ -207,8 +207,13 @@ mod tests {
 
     #[test]
     fn replies_of_the_wrong_length_are_errors() {
-        assert!(taken(&[1, 2, 3, 4], 1).is_err());
-        assert_eq!(taken(&[1, 2, 3, 4, 5], 1).unwrap()[0].at_us, 5);
+        assert!(taken(&[1, 2, 3, 4, 5], 1).is_err());
+        let plain = &taken(&[1, 2, 3, 4, 5, 0, 0, 0], 1).unwrap()[0];
+        assert_eq!((plain.at_us, plain.outcome.tier), (5, None));
+        // Under a run-time override: its limit and the halves of its rate or window.
+        let tiered = &taken(&[1, 2, 3, 4, 5, 7, 0, 1000], 1).unwrap()[0];
+        let tier = tiered.outcome.tier.expect("a tier");
+        assert_eq!((tier.limit, tier.per_bits), (7, 1000));
         assert!(given_back(&[1, 2, 3], 1).is_err());
         let tb = Params::TokenBucket(token_bucket::Params::shared(2, 1.0, 1));
         assert_eq!(all_args(&[(tb, 1)]).len(), 5);
