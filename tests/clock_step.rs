@@ -19,48 +19,10 @@
 
 mod common;
 
+use common::clock_shim::{build_clock_shim, OFFSET_FROM_ENV};
 use common::*;
-use std::process::Command;
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-const SHIM: &str = r#"
-#define _GNU_SOURCE
-#include <stdlib.h>
-#include <sys/syscall.h>
-#include <sys/time.h>
-#include <time.h>
-#include <unistd.h>
-static long long offset_ns(void) {
-    const char *s = getenv("RLD_CLOCK_OFFSET_US");
-    return s ? atoll(s) * 1000LL : 0;
-}
-int clock_gettime(clockid_t id, struct timespec *ts) {
-    int r = syscall(SYS_clock_gettime, id, ts);
-    if (r == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE)) {
-        long long ns = ts->tv_sec * 1000000000LL + ts->tv_nsec + offset_ns();
-        ts->tv_sec = ns / 1000000000LL;
-        ts->tv_nsec = ns % 1000000000LL;
-    }
-    return r;
-}
-int gettimeofday(struct timeval *restrict tv, void *restrict tz) {
-    struct timespec ts;
-    int r = clock_gettime(CLOCK_REALTIME, &ts);
-    (void)tz;
-    if (r == 0 && tv) {
-        tv->tv_sec = ts.tv_sec;
-        tv->tv_usec = ts.tv_nsec / 1000;
-    }
-    return r;
-}
-time_t time(time_t *t) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    if (t) *t = ts.tv_sec;
-    return ts.tv_sec;
-}
-"#;
 
 /// The clock offset of the replica, µs.
 const OFFSET_US: i64 = -2_000_000;
@@ -109,20 +71,7 @@ fn owner_and_replica(cluster: &RedisCluster, addr: &str, slot: u16) -> (String, 
 #[test]
 fn a_failover_to_a_replica_2_s_behind_admits_no_window_above_its_limit() {
     let dir = short_tempdir("rld-clock-");
-    let src = dir.path().join("clockshift.c");
-    let lib = dir.path().join("clockshift.so");
-    std::fs::write(&src, SHIM).expect("writing the shim");
-    let out = Command::new("cc")
-        .args(["-shared", "-fPIC", "-O2", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .output()
-        .expect("running cc (needed to build the clock shim)");
-    assert!(
-        out.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let lib = build_clock_shim(dir.path(), "clockshift", OFFSET_FROM_ENV);
 
     let mut cluster = RedisCluster::start();
     let seed = cluster.addrs()[0].clone();

@@ -19,9 +19,11 @@
 //! * [`cluster`]: a Redis Cluster and its faults;
 //! * [`daemon`]: the daemon under test and its metrics endpoint;
 //! * [`client`]: the line-protocol client and CHECK replies;
-//! * [`envoy`]: the Envoy Rate Limit Service's gRPC client and descriptors.
+//! * [`envoy`]: the Envoy Rate Limit Service's gRPC client and descriptors;
+//! * [`clock_shim`]: a library that moves a Redis's clock.
 
 pub mod client;
+pub mod clock_shim;
 pub mod cluster;
 pub mod daemon;
 pub mod envoy;

@@ -15,68 +15,15 @@
 //! in Redis could admit: `capacity + refill_rate × T`, plus one more `capacity` that the
 //! jump itself refills (Redis's bucket sees the jump as time passed).
 
+use super::common::clock_shim::{build_clock_shim, OFFSET_FROM_FILE};
 use super::common::*;
 use super::harness::*;
 use std::io::Write as _;
 use std::os::unix::fs::FileExt as _;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
-
-const SHIM: &str = r#"
-#define _GNU_SOURCE
-#include <fcntl.h>
-#include <stdlib.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
-#include <sys/time.h>
-#include <time.h>
-#include <unistd.h>
-static volatile long long *offset_us;
-static volatile int tried;
-static long long offset_ns(void) {
-    if (!tried) {
-        const char *p = getenv("RLD_CLOCK_OFFSET_FILE");
-        tried = 1;
-        if (p) {
-            int fd = open(p, O_RDONLY);
-            if (fd >= 0) {
-                void *m = mmap(0, 8, PROT_READ, MAP_SHARED, fd, 0);
-                if (m != MAP_FAILED) offset_us = m;
-                close(fd);
-            }
-        }
-    }
-    return offset_us ? *offset_us * 1000LL : 0;
-}
-int clock_gettime(clockid_t id, struct timespec *ts) {
-    int r = syscall(SYS_clock_gettime, id, ts);
-    if (r == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE)) {
-        long long ns = ts->tv_sec * 1000000000LL + ts->tv_nsec + offset_ns();
-        ts->tv_sec = ns / 1000000000LL;
-        ts->tv_nsec = ns % 1000000000LL;
-    }
-    return r;
-}
-int gettimeofday(struct timeval *restrict tv, void *restrict tz) {
-    struct timespec ts;
-    int r = clock_gettime(CLOCK_REALTIME, &ts);
-    (void)tz;
-    if (r == 0 && tv) {
-        tv->tv_sec = ts.tv_sec;
-        tv->tv_usec = ts.tv_nsec / 1000;
-    }
-    return r;
-}
-time_t time(time_t *t) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    if (t) *t = ts.tv_sec;
-    return ts.tv_sec;
-}
-"#;
 
 const CAPACITY: f64 = 200.0;
 const RATE: f64 = 1000.0;
@@ -106,32 +53,13 @@ fn grants(addr: &str, key: &str) -> std::collections::HashMap<String, u64> {
         .collect()
 }
 
-/// Builds the clock shim in `dir`; returns its path.
-fn shim(dir: &std::path::Path) -> std::path::PathBuf {
-    let src = dir.join("clockjump.c");
-    let lib = dir.join("clockjump.so");
-    std::fs::write(&src, SHIM).expect("writing the shim");
-    let out = Command::new("cc")
-        .args(["-shared", "-fPIC", "-O2", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .output()
-        .expect("running cc (needed to build the clock shim)");
-    assert!(
-        out.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    lib
-}
-
 #[test]
 fn a_forward_jump_of_redis_clock_ends_no_lease_its_holder_may_spend() {
     let _one = crate::ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(|p| p.into_inner());
     let dir = short_tempdir("rld-jump-");
-    let lib = shim(dir.path());
+    let lib = build_clock_shim(dir.path(), "clockjump", OFFSET_FROM_FILE);
     let offset_path = dir.path().join("offset");
     let mut f = std::fs::File::create(&offset_path).expect("offset file");
     f.write_all(&0i64.to_le_bytes()).expect("offset");
