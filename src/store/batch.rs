@@ -3,8 +3,9 @@
 //! frame and futures). The decisions waiting for a primary when its sender task runs go
 //! in one EVALSHA of the batch script (`lua/batch.lua`), which runs each decision's own
 //! algorithm script as a function, in order, on its own key. Nothing waits to fill a
-//! batch: a decision that finds fewer than [`MAX_IN_FLIGHT`] batches in flight goes at
-//! once (alone, with its own script, when nothing else waits); the others queue and
+//! batch ([`super::queue`]): a decision that finds fewer than
+//! [`super::queue::MAX_IN_FLIGHT`] batches in flight goes at once (alone, with its own
+//! script, when nothing else waits); the others queue and
 //! leave together when a batch comes back, or as soon as [`MAX_BATCH`] of them wait, or
 //! once the first of them has waited an eighth of `redis.timeout_ms` ([`QUEUED_AT_MOST`]).
 //! So a decision waits in this queue for at most one batch's round trip, never while a
@@ -33,6 +34,7 @@
 //! batch would hold all of its decisions as long as the slowest), and lease calls.
 
 use super::health::CallSent;
+use super::queue::{Queue, Queued};
 use super::redis::RedisStore;
 use super::scripts;
 use super::topology::Primary;
@@ -40,22 +42,16 @@ use super::StoreKey;
 use crate::algorithm::Kind;
 use fred::error::{Error, ErrorKind};
 use fred::types::{Key, Value};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 /// At most this many decisions per EVALSHA. It bounds how long one script holds Redis
 /// (about 7–10 µs per token-bucket decision under `redis-benchmark`: under 1 ms for a
 /// full batch) and the size of one reply.
 pub const MAX_BATCH: usize = 64;
-
-/// At most this many batches of fewer than [`MAX_BATCH`] decisions in flight per
-/// primary. While they are, new decisions queue and leave together when one comes back,
-/// or at once when [`MAX_BATCH`] of them wait: one call keeps Redis busy while the next
-/// fills, and a decision finding fewer in flight goes at once.
-pub const MAX_IN_FLIGHT: usize = 2;
 
 /// The longest the first decision waiting for a batch in flight to come back waits, as
 /// a share of `redis.timeout_ms` (÷ 8: 12.5 ms of the default 100): past it, the
@@ -96,82 +92,30 @@ pub(super) struct Job {
     pub reply: oneshot::Sender<Answer>,
 }
 
-/// The queue of one primary's decisions and its sender task.
-pub(super) struct Batcher {
-    tx: mpsc::UnboundedSender<Job>,
-    /// Taken by [`Batcher::start`].
-    rx: Mutex<Option<mpsc::UnboundedReceiver<Job>>>,
-    started: AtomicBool,
+impl Queued for Job {
+    fn since(&self) -> Instant {
+        self.since
+    }
 }
 
-impl Batcher {
-    /// A queue whose sender task is not running yet.
-    pub fn new() -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
-        Batcher {
-            tx,
-            rx: Mutex::new(Some(rx)),
-            started: AtomicBool::new(false),
-        }
-    }
+/// The queue of one primary's decisions and its sender task.
+pub(super) type Batcher = Queue<Job>;
 
-    /// True once [`Batcher::start`] ran: jobs are sent.
-    pub fn started(&self) -> bool {
-        self.started.load(Ordering::Relaxed)
-    }
-
-    /// Queues `job`; gives it back if the sender task is gone.
-    pub fn submit(&self, job: Job) -> Result<(), Job> {
-        self.tx.send(job).map_err(|e| e.0)
-    }
-
+impl Queue<Job> {
     /// Starts the sender task for `primary` (once; later calls do nothing), for
-    /// decisions bounded by `timeout` (`redis.timeout_ms`). It ends when the store or
-    /// the primary goes away (the primary holds this queue).
+    /// decisions bounded by `timeout` (`redis.timeout_ms`): batches of at most
+    /// [`MAX_BATCH`], the first decision queued at most `timeout` ÷ [`QUEUED_AT_MOST`].
     pub fn start(&self, store: Weak<RedisStore>, primary: Weak<Primary>, timeout: Duration) {
         let queued_at_most = timeout / QUEUED_AT_MOST;
-        let Some(mut rx) = self.rx.lock().ok().and_then(|mut rx| rx.take()) else {
-            return;
-        };
-        self.started.store(true, Ordering::Relaxed);
-        let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-        tokio::spawn(async move {
-            let mut jobs = Vec::with_capacity(MAX_BATCH);
-            loop {
-                if jobs.is_empty() && rx.recv_many(&mut jobs, MAX_BATCH).await == 0 {
-                    return;
-                }
-                // A full batch goes at once: the cap on batches in flight only gathers
-                // decisions, it never holds back more than a batch of them.
-                let room = MAX_BATCH.saturating_sub(jobs.len());
-                // Nor does it hold a decision long behind a slow Redis.
-                let waited_enough = jobs.first().map(|j| j.since + queued_at_most);
-                let permit = match Arc::clone(&in_flight).try_acquire_owned() {
-                    Ok(permit) => Some(permit),
-                    Err(_) if jobs.len() >= MAX_BATCH => None,
-                    Err(_) => tokio::select! {
-                        permit = Arc::clone(&in_flight).acquire_owned() => permit.ok(),
-                        more = rx.recv_many(&mut jobs, room) => {
-                            if more > 0 {
-                                continue;
-                            }
-                            None
-                        }
-                        () = tokio::time::sleep_until(waited_enough.unwrap_or_else(Instant::now)) => None,
-                    },
-                };
-                let (Some(store), Some(primary)) = (store.upgrade(), primary.upgrade()) else {
-                    return;
-                };
-                let batch = std::mem::replace(&mut jobs, Vec::with_capacity(MAX_BATCH));
-                // Its own task: the next batch goes out without waiting for this one's
-                // answer (fred pipelines them on the connection).
-                tokio::spawn(async move {
-                    store.send_batch(&primary, batch).await;
-                    drop(permit);
-                });
-            }
-        });
+        self.run(
+            store,
+            primary,
+            MAX_BATCH,
+            queued_at_most,
+            |store, primary, batch| async move {
+                store.send_batch(&primary, batch).await;
+            },
+        );
     }
 }
 

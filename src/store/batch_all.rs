@@ -7,10 +7,10 @@
 //! runs go instead in one EVALSHA of the all-or-nothing batch script
 //! (`lua/all_batch.lua`), which decides each group all or nothing on its own, in turn.
 //!
-//! The queue works as the single decisions' ([`super::batch`]): nothing waits to fill a
-//! batch (a group that finds fewer than [`MAX_IN_FLIGHT`] batches in flight goes at
-//! once, with the all-or-nothing script of one group when nothing else waits), each
-//! group keeps its own reply, `redis.timeout_ms` and report to the primary's breaker,
+//! The queue is the single decisions' kind ([`super::queue`]): nothing waits to fill a
+//! batch (a group that finds fewer than [`super::queue::MAX_IN_FLIGHT`] batches in
+//! flight goes at once, with the all-or-nothing script of one group when nothing else
+//! waits), none waits long behind a slow Redis, each group keeps its own reply, `redis.timeout_ms` and report to the primary's breaker,
 //! an error of one group is its own and an error of the whole call is every group's.
 //!
 //! Redis Cluster: a group one of whose keys Redis refuses as not the node's own is
@@ -21,15 +21,17 @@
 //!
 //! Not batched: a group with a sliding window log's key ([`super::batch::batchable`]).
 
-use super::batch::{self, MAX_IN_FLIGHT};
+use super::batch;
+use super::queue::{Queue, Queued};
 use super::redis::RedisStore;
 use super::topology::Primary;
 use super::{multi, StoreKey};
 use fred::error::{Error, ErrorKind};
 use fred::types::{Key, Value};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use std::sync::Weak;
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 /// At most this many groups per EVALSHA (each of at most 8 keys: a `CHECKALL`'s
 /// triples), so one script holds Redis about as long as a full batch of single
@@ -51,75 +53,35 @@ pub(super) struct GroupJob {
     pub keys: Vec<StoreKey>,
     /// Its keys' items ([`multi::all_args`]).
     pub args: Vec<Value>,
+    /// When its caller started waiting.
+    pub since: Instant,
     pub reply: oneshot::Sender<GroupAnswer>,
 }
 
-/// The queue of one primary's groups and its sender task.
-pub(super) struct GroupBatcher {
-    tx: mpsc::UnboundedSender<GroupJob>,
-    /// Taken by [`GroupBatcher::start`].
-    rx: Mutex<Option<mpsc::UnboundedReceiver<GroupJob>>>,
-    started: AtomicBool,
+impl Queued for GroupJob {
+    fn since(&self) -> Instant {
+        self.since
+    }
 }
 
-impl GroupBatcher {
-    /// A queue whose sender task is not running yet.
-    pub fn new() -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
-        GroupBatcher {
-            tx,
-            rx: Mutex::new(Some(rx)),
-            started: AtomicBool::new(false),
-        }
-    }
+/// The queue of one primary's groups and its sender task.
+pub(super) type GroupBatcher = Queue<GroupJob>;
 
-    /// True once [`GroupBatcher::start`] ran: groups are sent.
-    pub fn started(&self) -> bool {
-        self.started.load(Ordering::Relaxed)
-    }
-
-    /// Queues `job`; gives it back if the sender task is gone.
-    pub fn submit(&self, job: GroupJob) -> Result<(), GroupJob> {
-        self.tx.send(job).map_err(|e| e.0)
-    }
-
-    /// Starts the sender task for `primary` (once), as [`batch::Batcher::start`] does.
-    pub fn start(&self, store: Weak<RedisStore>, primary: Weak<Primary>) {
-        let Some(mut rx) = self.rx.lock().ok().and_then(|mut rx| rx.take()) else {
-            return;
-        };
-        self.started.store(true, Ordering::Relaxed);
-        let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-        tokio::spawn(async move {
-            let mut jobs = Vec::with_capacity(MAX_GROUPS);
-            loop {
-                if jobs.is_empty() && rx.recv_many(&mut jobs, MAX_GROUPS).await == 0 {
-                    return;
-                }
-                let room = MAX_GROUPS.saturating_sub(jobs.len());
-                let permit = match Arc::clone(&in_flight).try_acquire_owned() {
-                    Ok(permit) => Some(permit),
-                    Err(_) if jobs.len() >= MAX_GROUPS => None,
-                    Err(_) => tokio::select! {
-                        permit = Arc::clone(&in_flight).acquire_owned() => permit.ok(),
-                        more = rx.recv_many(&mut jobs, room) => {
-                            if more > 0 {
-                                continue;
-                            }
-                            None
-                        }
-                    },
-                };
-                let (Some(store), Some(primary)) = (store.upgrade(), primary.upgrade()) else {
-                    return;
-                };
-                let groups = std::mem::replace(&mut jobs, Vec::with_capacity(MAX_GROUPS));
-                tokio::spawn(async move {
-                    store.send_groups(&primary, groups).await;
-                    drop(permit);
-                });
-            }
-        });
+impl Queue<GroupJob> {
+    /// Starts the sender task for `primary` (once), as [`batch::Batcher`]'s: batches of
+    /// at most [`MAX_GROUPS`], the first group queued at most `timeout` ÷
+    /// [`batch::QUEUED_AT_MOST`].
+    pub fn start(&self, store: Weak<RedisStore>, primary: Weak<Primary>, timeout: Duration) {
+        let queued_at_most = timeout / batch::QUEUED_AT_MOST;
+        self.run(
+            store,
+            primary,
+            MAX_GROUPS,
+            queued_at_most,
+            |store, primary, groups| async move {
+                store.send_groups(&primary, groups).await;
+            },
+        );
     }
 }
 

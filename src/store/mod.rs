@@ -32,6 +32,7 @@ pub mod lateness;
 pub mod lease;
 pub mod local;
 pub mod multi;
+mod queue;
 pub mod redis;
 pub mod scripts;
 mod slot_map;

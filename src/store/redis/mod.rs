@@ -17,31 +17,28 @@
 //! * Nothing queues for an unreachable primary: decisions for its keys are not sent
 //!   while its breaker is open, and a probe is not sent while its connection is down.
 
-use super::batch::{batchable, Answer, Job};
 use super::connect::{connection_settings, credentials, secrets_fingerprint, servers, tls_files};
 use super::connection_errors::ConnectionErrors;
 use super::credentials::Credentials;
-use super::health::{CallSent, Circuit};
+use super::health::Circuit;
 use super::lateness::Lateness;
-use super::scripts::{self, Scripts};
+use super::scripts::Scripts;
 use super::tls::Tls;
 use super::topology::{self, Primary, Topology};
 use super::{StoreError, StoreKey};
-use crate::algorithm::{token_bucket, Outcome, Params};
+use crate::algorithm::token_bucket;
 use crate::config::{RedisConfig, RedisMode};
 use arc_swap::ArcSwap;
 use fred::prelude::*;
 use fred::types::config::CredentialProvider;
-use fred::types::scripts::Script;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::oneshot;
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
 mod ask;
 mod calls;
+mod decide;
 mod probe;
 mod together;
 pub(super) mod unsettled;
@@ -288,7 +285,7 @@ impl RedisStore {
             .start(Arc::downgrade(self), Arc::downgrade(primary), self.timeout);
         primary
             .batch_all
-            .start(Arc::downgrade(self), Arc::downgrade(primary));
+            .start(Arc::downgrade(self), Arc::downgrade(primary), self.timeout);
         self.record_errors(&primary.client);
         drop(primary.client.connect());
         let p = Arc::clone(primary);
@@ -366,186 +363,6 @@ impl RedisStore {
     pub fn owner(&self, key: &StoreKey) -> Option<Arc<Primary>> {
         self.topology.load().owner(key.0.as_bytes()).cloned()
     }
-
-    /// Decides `cost` units for `key` on `primary` (its owner, [`RedisStore::owner`])
-    /// with EVALSHA of `params`' script, unbounded; [`RedisStore::bounded`] bounds it.
-    /// Re-loads the scripts on `NOSCRIPT` (one caller for all) and retries. With `peek`,
-    /// a dry run ([`scripts::peek_args`]): the same reply, nothing taken or written.
-    /// The call goes with the others waiting for the primary, in one EVALSHA
-    /// ([`super::batch`]), unless it is a sliding window log's (its decision reads up to
-    /// `limit` entries, and a batch holds each of its decisions as long as the slowest)
-    /// or its slot is in doubt ([`unsettled`]); a decision a cluster batch refused goes
-    /// again on its own. `sent` is stamped when the call carrying it goes out (the
-    /// batch's, or its own).
-    ///
-    /// # Errors
-    /// What Redis or the connection reports, or a malformed script reply.
-    pub(super) async fn decide_unbounded(
-        &self,
-        primary: &Primary,
-        key: &StoreKey,
-        params: &Params,
-        cost: u32,
-        peek: bool,
-        sent: Arc<CallSent>,
-    ) -> Result<Outcome, Error> {
-        let since = Instant::now();
-        let batched = batchable(params.kind())
-            && primary.batch.started()
-            && !(self.clustered && self.unsettled.holds(key.0.as_bytes()));
-        if batched {
-            let (reply, answer) = oneshot::channel();
-            let job = Job {
-                key: key.clone(),
-                kind: params.kind(),
-                args: decision_args(params, cost, peek),
-                since,
-                sent: Arc::clone(&sent),
-                reply,
-            };
-            if primary.batch.submit(job).is_ok() {
-                // Only a bug of this process drops a job unanswered: the key's problem
-                // (an `ERR`), decided without Redis, not a failure of Redis.
-                match answer.await {
-                    Ok(Answer::Replied(reply)) => return scripts::outcome(&reply?),
-                    Ok(Answer::Alone) => {}
-                    Err(_) => {
-                        return Err(Error::new(
-                            ErrorKind::Unknown,
-                            "ERR the batch sender stopped",
-                        ))
-                    }
-                }
-            }
-        }
-        sent.mark();
-        self.decide_alone_since(primary, key, params, cost, peek, since)
-            .await
-    }
-
-    /// [`RedisStore::decide_unbounded`] with the decision's own script, in an EVALSHA of its own
-    /// (the probes use it: they measure Redis, not the batches queued before them).
-    ///
-    /// # Errors
-    /// What Redis or the connection reports, or a malformed script reply.
-    pub(super) async fn decide_alone(
-        &self,
-        primary: &Primary,
-        key: &StoreKey,
-        params: &Params,
-        cost: u32,
-        peek: bool,
-    ) -> Result<Outcome, Error> {
-        self.decide_alone_since(primary, key, params, cost, peek, Instant::now())
-            .await
-    }
-
-    /// [`RedisStore::decide_alone`] for a caller waiting since `since`.
-    async fn decide_alone_since(
-        &self,
-        primary: &Primary,
-        key: &StoreKey,
-        params: &Params,
-        cost: u32,
-        peek: bool,
-        since: Instant,
-    ) -> Result<Outcome, Error> {
-        let script = self.scripts.of(params.kind());
-        let args = || decision_args(params, cost, peek);
-        // Boxed: fred's call future is several kB, and inline it would make every
-        // decision's future (batched ones included) as large.
-        let reply = Box::pin(self.run_script_since(primary, script, key, args, since)).await?;
-        scripts::outcome(&reply)
-    }
-
-    /// [`RedisStore::run_script_since`] for a caller waiting from now on.
-    ///
-    /// # Errors
-    /// As [`RedisStore::run_script_since`].
-    pub(super) async fn run_script(
-        &self,
-        primary: &Primary,
-        script: &Script,
-        key: &StoreKey,
-        args: impl Fn() -> Vec<Value>,
-    ) -> Result<Vec<i64>, Error> {
-        self.run_script_since(primary, script, key, args, Instant::now())
-            .await
-    }
-
-    /// EVALSHA of `script` for `key` on `primary`, with the arguments `args` makes (once
-    /// per attempt), and its integer reply. On `NOSCRIPT` (the node was flushed,
-    /// restarted or failed over) the scripts are re-loaded, one caller for all, and the
-    /// call retried; at most twice, as a flush may come right after someone else's
-    /// reload. A redirection is followed once, within what is left of `redis.timeout_ms`
-    /// for a caller waiting since `since`: an `ASK` (the slot is migrating and the key
-    /// has moved) to the new owner after an `ASKING`, a `MOVED` (the slot has moved and
-    /// the slot map has not caught up yet) to its owner if it is a primary of the map;
-    /// either way the key's slot is held in doubt ([`unsettled`]).
-    ///
-    /// # Errors
-    /// What Redis or the connection reports, the reload's included.
-    pub(super) async fn run_script_since(
-        &self,
-        primary: &Primary,
-        script: &Script,
-        key: &StoreKey,
-        args: impl Fn() -> Vec<Value>,
-        since: Instant,
-    ) -> Result<Vec<i64>, Error> {
-        let mut generation = primary.reloads.load(Ordering::Acquire);
-        let mut reloads = 0;
-        loop {
-            let reply: Result<Vec<i64>, Error> =
-                script.evalsha(&primary.client, key.0.clone(), args()).await;
-            let redirect = match &reply {
-                Err(e) => ask::redirect_target(e).map(|(to, asking)| (to.to_string(), asking)),
-                Ok(_) => None,
-            };
-            match (reply, redirect) {
-                (Err(e), Some((target, asking))) => {
-                    self.unsettled.mark(key.0.as_bytes());
-                    // Ends before `bounded` would time the decision out (2 ms ahead).
-                    let budget = self
-                        .timeout
-                        .saturating_sub(since.elapsed())
-                        .saturating_sub(Duration::from_millis(2));
-                    let to = ask::Redirect {
-                        target: &target,
-                        asking,
-                        from: primary.name(),
-                    };
-                    return self
-                        .evalsha_redirected(to, script, key, args(), e, budget)
-                        .await;
-                }
-                (Err(e), None) if reloads < 2 && e.details().starts_with("NOSCRIPT") => {
-                    self.reload_scripts(primary, generation).await?;
-                    generation = primary.reloads.load(Ordering::Acquire);
-                    reloads += 1;
-                }
-                (reply, _) => return reply,
-            }
-        }
-    }
-
-    /// Loads the scripts on `primary` again after a `NOSCRIPT`, unless another decision
-    /// already did since `seen` (the reload generation it read before its EVALSHA).
-    pub(super) async fn reload_scripts(&self, primary: &Primary, seen: u64) -> Result<(), Error> {
-        let _one_at_a_time = primary.reload_lock.lock().await;
-        if primary.reloads.load(Ordering::Acquire) == seen {
-            self.load_scripts(&primary.client).await?;
-            primary.reloads.fetch_add(1, Ordering::Release);
-        }
-        Ok(())
-    }
-
-    /// Loads every script on one node, all at once (one round trip: a reload after
-    /// `NOSCRIPT` holds decisions waiting within their `redis.timeout_ms`).
-    async fn load_scripts(&self, client: &Client) -> Result<(), Error> {
-        let loads = self.scripts.all().iter().map(|script| script.load(client));
-        futures::future::try_join_all(loads).await.map(drop)
-    }
 }
 
 /// This process's id in the expiry walks' elections: `walk:<host>:<pid>:<start µs>`,
@@ -559,12 +376,4 @@ fn walker_id() -> String {
         std::process::id(),
         crate::clock::wall_clock_us()
     )
-}
-
-/// A decision's script arguments: a dry run's with `peek`.
-fn decision_args(params: &Params, cost: u32, peek: bool) -> Vec<Value> {
-    match peek {
-        false => scripts::args(params, cost),
-        true => scripts::peek_args(params, cost),
-    }
 }

@@ -44,6 +44,7 @@ impl RedisStore {
             let job = GroupJob {
                 keys: items.iter().map(|(k, _, _)| k.clone()).collect(),
                 args: args.clone(),
+                since: tokio::time::Instant::now(),
                 reply,
             };
             if primary.batch_all.submit(job).is_ok() {
