@@ -25,7 +25,7 @@ impl RedisStore {
     /// Re-loads the scripts on `NOSCRIPT` (one caller for all) and retries. With `peek`,
     /// a dry run ([`scripts::peek_args`]): the same reply, nothing taken or written.
     /// The call goes with the others waiting for the primary, in one EVALSHA
-    /// ([`super::batch`]), unless it is a sliding window log's (its decision reads up to
+    /// ([`crate::store::batch`]), unless it is a sliding window log's (its decision reads up to
     /// `limit` entries, and a batch holds each of its decisions as long as the slowest)
     /// or its slot is in doubt ([`super::unsettled`]); a decision a cluster batch refused goes
     /// again on its own. `sent` is stamped when the call carrying it goes out (the
