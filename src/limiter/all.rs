@@ -288,15 +288,9 @@ impl<S: Store> Limiter<S> {
         let mut permits = Vec::with_capacity(groups.len());
         for _ in &groups {
             let Some(permit) = peer.call_permit() else {
-                let limits = peer.in_flight_limits();
                 return CheckAll::Ready(Err(Refused {
                     index: 0,
-                    error: CheckError::Busy {
-                        uid: peer.uid,
-                        held: peer.uid_in_flight(),
-                        per_uid: limits.per_uid,
-                        total: limits.total,
-                    },
+                    error: CheckError::busy(peer),
                 }));
             };
             permits.push(permit);

@@ -284,6 +284,19 @@ pub enum CheckError {
     },
 }
 
+impl CheckError {
+    /// [`CheckError::Busy`]: `peer` holds its share of the requests in flight to Redis.
+    pub(super) fn busy(peer: &Peer) -> CheckError {
+        let limits = peer.in_flight_limits();
+        CheckError::Busy {
+            uid: peer.uid,
+            held: peer.uid_in_flight(),
+            per_uid: limits.per_uid,
+            total: limits.total,
+        }
+    }
+}
+
 /// The answer to a `CHECK` on its way: ready now, or waiting on Redis (bounded by the
 /// Redis timeout, and always a decision: Redis failing is decided without it).
 pub enum Check {
@@ -574,13 +587,7 @@ impl<S: Store> Limiter<S> {
             // A detached rule keeps no hot keys: the key's bytes are not needed.
             return Check::Ready(Ok(entry.decided_now(key, &[], decision, now)));
         }
-        let limits = peer.in_flight_limits();
-        Check::Ready(Err(CheckError::Busy {
-            uid: peer.uid,
-            held: peer.uid_in_flight(),
-            per_uid: limits.per_uid,
-            total: limits.total,
-        }))
+        Check::Ready(Err(CheckError::busy(peer)))
     }
 
     /// Logs a per-key Redis error, at most once per [`KEY_ERROR_LOG_INTERVAL`]. The key

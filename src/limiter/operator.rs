@@ -188,7 +188,7 @@ impl<S: Store> Limiter<S> {
             seen.store_error = Some("the key's primary is bypassed (its breaker is open)".into());
             return Ok(Box::pin(std::future::ready(seen)));
         };
-        let slot = peer.call_permit().ok_or_else(|| self.busy(peer))?;
+        let slot = peer.call_permit().ok_or_else(|| CheckError::busy(peer))?;
         // The override's text and ttl: a second call, when a slot is free.
         let second = peer.call_permit();
         let (this, redis) = (Arc::clone(self), Arc::clone(redis));
@@ -266,7 +266,7 @@ impl<S: Store> Limiter<S> {
                 "the key's primary is bypassed (its breaker is open): its state in Redis is unchanged; retry when it is back".into(),
             ))));
         };
-        let slot = peer.call_permit().ok_or_else(|| self.busy(peer))?;
+        let slot = peer.call_permit().ok_or_else(|| CheckError::busy(peer))?;
         let (this, redis) = (Arc::clone(self), Arc::clone(redis));
         Ok(Box::pin(async move {
             let deleted = redis.delete(route, redis_key, slot).await;
@@ -274,17 +274,5 @@ impl<S: Store> Limiter<S> {
             forget(&this);
             deleted.map_err(|e| format!("Redis did not delete the key's state: {e}"))
         }))
-    }
-
-    /// The refusal of an operator's call when `peer` holds its share of the requests in
-    /// flight to Redis.
-    pub(super) fn busy(&self, peer: &Peer) -> CheckError {
-        let limits = peer.in_flight_limits();
-        CheckError::Busy {
-            uid: peer.uid,
-            held: peer.uid_in_flight(),
-            per_uid: limits.per_uid,
-            total: limits.total,
-        }
     }
 }

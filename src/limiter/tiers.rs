@@ -188,7 +188,7 @@ impl<S: Store> Limiter<S> {
                 "the key's primary is bypassed (its breaker is open): the override was not written; retry when it is back".into(),
             ))));
         };
-        let slot = peer.call_permit().ok_or_else(|| self.busy(peer))?;
+        let slot = peer.call_permit().ok_or_else(|| CheckError::busy(peer))?;
         let (this, redis) = (Arc::clone(self), Arc::clone(redis));
         Ok(Box::pin(async move {
             let (write, algorithm) = match record {

@@ -41,6 +41,7 @@ use super::topology::Primary;
 use super::StoreKey;
 use crate::algorithm::Kind;
 use fred::error::{Error, ErrorKind};
+use fred::types::scripts::Script;
 use fred::types::{Key, Value};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -156,23 +157,9 @@ impl RedisStore {
             }
             args
         };
-        let mut generation = primary.reloads.load(Ordering::Acquire);
-        let mut reloads = 0;
-        let answer = loop {
-            let reply: Result<Value, Error> = script
-                .evalsha(&primary.client, declared.clone(), args())
-                .await;
-            match reply {
-                Err(e) if reloads < 2 && e.details().starts_with("NOSCRIPT") => {
-                    if let Err(e) = self.reload_scripts(primary, generation).await {
-                        break Err(e);
-                    }
-                    generation = primary.reloads.load(Ordering::Acquire);
-                    reloads += 1;
-                }
-                reply => break reply,
-            }
-        };
+        let answer = self
+            .evalsha_reloading(primary, script, &declared, args)
+            .await;
         let replies = match answer {
             Ok(Value::Array(items)) if items.len() == batch.len() => items,
             // The routing key's slot is migrating or has moved: that says nothing of the
@@ -205,6 +192,38 @@ impl RedisStore {
                 return;
             }
         };
+        self.answer_each(primary, batch, replies);
+    }
+
+    /// EVALSHA of `script` on `primary` with `declared` keys and `args()`, the scripts
+    /// re-loaded on `NOSCRIPT` (one caller for all) and the call retried, twice at most.
+    async fn evalsha_reloading(
+        &self,
+        primary: &Primary,
+        script: &Script,
+        declared: &[Key],
+        args: impl Fn() -> Vec<Value>,
+    ) -> Result<Value, Error> {
+        let mut generation = primary.reloads.load(Ordering::Acquire);
+        let mut reloads = 0;
+        loop {
+            let reply: Result<Value, Error> = script
+                .evalsha(&primary.client, declared.to_vec(), args())
+                .await;
+            match reply {
+                Err(e) if reloads < 2 && e.details().starts_with("NOSCRIPT") => {
+                    self.reload_scripts(primary, generation).await?;
+                    generation = primary.reloads.load(Ordering::Acquire);
+                    reloads += 1;
+                }
+                reply => return reply,
+            }
+        }
+    }
+
+    /// Hands each job its item of a batch's reply; a key Redis refused as not provably
+    /// this primary's is answered [`Answer::Alone`] and its slot held in doubt.
+    fn answer_each(&self, primary: &Primary, batch: Vec<Job>, replies: Vec<Value>) {
         let mut alone = 0;
         for (job, item) in batch.into_iter().zip(replies) {
             let answer = match item_reply(item) {
