@@ -190,50 +190,69 @@ impl<S: Store> Limiter<S> {
         clock: &mut BatchClock,
         peer: &Peer,
     ) -> CheckAll {
+        let (mut items, item_of) = match self.items_of(expanded, peer) {
+            Ok(v) => v,
+            Err(refused) => return CheckAll::Ready(Err(refused)),
+        };
+        let Some(redis) = &self.redis else {
+            let all: Vec<usize> = (0..items.len()).collect();
+            self.locally(&mut items, &all, true, clock.now_us());
+            return CheckAll::Ready(Ok(self.finish(&items, &item_of)));
+        };
+        let (groups, local) = match Self::grouped(redis, &mut items) {
+            Ok(v) => v,
+            Err(refused) => return CheckAll::Ready(Err(refused)),
+        };
+        if groups.is_empty() {
+            self.locally(&mut items, &local, false, clock.now_us());
+            return CheckAll::Ready(Ok(self.finish(&items, &item_of)));
+        }
+        let mut permits = Vec::with_capacity(groups.len());
+        for _ in &groups {
+            let Some(permit) = peer.call_permit() else {
+                return CheckAll::Ready(Err(Refused {
+                    index: 0,
+                    error: CheckError::busy(peer),
+                }));
+            };
+            permits.push(permit);
+        }
+        let this = Arc::clone(self);
+        let redis = Arc::clone(redis);
+        CheckAll::Redis(Box::pin(async move {
+            this.together(&redis, items, groups, local, permits)
+                .await
+                .with_each(&item_of)
+        }))
+    }
+
+    /// The items of `expanded`, a key repeated under one rule merged (costs summed), and
+    /// for each triple its item's index; the first triple `peer` may not send refused.
+    fn items_of(
+        &self,
+        expanded: &[Triple<'_>],
+        peer: &Peer,
+    ) -> Result<(Vec<Item<S>>, Vec<usize>), Refused> {
         let mut items: Vec<Item<S>> = Vec::with_capacity(expanded.len());
-        let mut seen: Vec<(&str, &[u8])> = Vec::with_capacity(expanded.len());
         let mut item_of: Vec<usize> = Vec::with_capacity(expanded.len());
         for (index, entry, key, cost) in expanded {
-            let (index, key, cost) = (*index, *key, *cost);
-            let refuse = |error| CheckAll::Ready(Err(Refused { index, error }));
+            let (key, cost) = (*key, *cost);
             let entry = entry.for_key(key);
             let r = &entry.rule;
-            if !entry.detached && !peer.may(&r.access) {
-                return refuse(CheckError::Forbidden {
-                    rule: r.name.clone(),
-                    uid: peer.uid,
-                    gid: peer.gid,
+            if let Some(error) = refusal(entry, key, cost, peer) {
+                return Err(Refused {
+                    index: *index,
+                    error,
                 });
             }
-            if u64::from(cost) > r.limit() {
-                return refuse(CheckError::CostAboveLimit {
-                    cost,
-                    rule: r.name.clone(),
-                    limit: r.limit(),
-                });
-            }
-            if r.lease {
-                return refuse(CheckError::Leased {
-                    rule: r.name.clone(),
-                });
-            }
-            if r.params.kind() == crate::algorithm::Kind::Concurrency {
-                return refuse(CheckError::Concurrency {
-                    rule: r.name.clone(),
-                });
-            }
-            if !fits(r.name.as_bytes(), key) {
-                return refuse(CheckError::KeyTooLong);
-            }
-            if let Some(i) = seen
+            if let Some(i) = items
                 .iter()
-                .position(|&(a, b)| a == r.name.as_str() && b == key)
+                .position(|it| it.entry.rule.name == r.name && it.key_bytes == key)
             {
                 items[i].cost = items[i].cost.saturating_add(cost);
                 item_of.push(i);
                 continue;
             }
-            seen.push((r.name.as_str(), key));
             item_of.push(items.len());
             items.push(Item {
                 entry: Arc::clone(entry),
@@ -245,22 +264,25 @@ impl<S: Store> Limiter<S> {
                 taken_at: None,
             });
         }
+        Ok((items, item_of))
+    }
 
-        let Some(redis) = &self.redis else {
-            let all: Vec<usize> = (0..items.len()).collect();
-            self.locally(&mut items, &all, true, clock.now_us());
-            return CheckAll::Ready(Ok(self.finish(&items, &item_of)));
-        };
+    /// `items` by the shard of their key (each item's store key set), and the items
+    /// whose primary is bypassed (decided locally).
+    fn grouped(
+        redis: &Arc<S>,
+        items: &mut [Item<S>],
+    ) -> Result<(Vec<Group<S>>, Vec<usize>), Refused> {
         let mut groups: Vec<(u16, Group<S>)> = Vec::new();
         let mut local = Vec::new();
         for (i, item) in items.iter_mut().enumerate() {
             let mut buf = [0u8; TAG_MAX];
             let r = &item.entry.rule;
             let Some(tag) = tag_in(&mut buf, &r.name, &item.key_bytes) else {
-                return CheckAll::Ready(Err(Refused {
+                return Err(Refused {
                     index: i,
                     error: CheckError::KeyTooLong,
-                }));
+                });
             };
             let store_key = redis.key(tag, &r.params);
             match redis.route(&store_key) {
@@ -281,27 +303,41 @@ impl<S: Store> Limiter<S> {
             }
             item.store_key = Some(store_key);
         }
-        if groups.is_empty() {
-            self.locally(&mut items, &local, false, clock.now_us());
-            return CheckAll::Ready(Ok(self.finish(&items, &item_of)));
-        }
-        let mut permits = Vec::with_capacity(groups.len());
-        for _ in &groups {
-            let Some(permit) = peer.call_permit() else {
-                return CheckAll::Ready(Err(Refused {
-                    index: 0,
-                    error: CheckError::busy(peer),
-                }));
-            };
-            permits.push(permit);
-        }
-        let this = Arc::clone(self);
-        let redis = Arc::clone(redis);
-        let groups: Vec<Group<S>> = groups.into_iter().map(|(_, g)| g).collect();
-        CheckAll::Redis(Box::pin(async move {
-            this.together(&redis, items, groups, local, permits)
-                .await
-                .with_each(&item_of)
-        }))
+        Ok((groups.into_iter().map(|(_, g)| g).collect(), local))
     }
+}
+
+/// Why `peer` may not send `cost` units of `key` under `entry` in a `CHECKALL`, if it
+/// may not: a forbidden rule, a cost above the limit, a leased or concurrency rule, a
+/// key too long.
+fn refusal(entry: &ActiveRule, key: &[u8], cost: u32, peer: &Peer) -> Option<CheckError> {
+    let r = &entry.rule;
+    if !entry.detached && !peer.may(&r.access) {
+        return Some(CheckError::Forbidden {
+            rule: r.name.clone(),
+            uid: peer.uid,
+            gid: peer.gid,
+        });
+    }
+    if u64::from(cost) > r.limit() {
+        return Some(CheckError::CostAboveLimit {
+            cost,
+            rule: r.name.clone(),
+            limit: r.limit(),
+        });
+    }
+    if r.lease {
+        return Some(CheckError::Leased {
+            rule: r.name.clone(),
+        });
+    }
+    if r.params.kind() == crate::algorithm::Kind::Concurrency {
+        return Some(CheckError::Concurrency {
+            rule: r.name.clone(),
+        });
+    }
+    if !fits(r.name.as_bytes(), key) {
+        return Some(CheckError::KeyTooLong);
+    }
+    None
 }

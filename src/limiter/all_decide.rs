@@ -11,6 +11,7 @@ use crate::clock::local_clock_us;
 use crate::config::OnRedisFailure;
 use crate::decision::Decision;
 use crate::fallback::decide_without_redis;
+use crate::store::multi::Taken;
 use crate::store::{Store, StoreError};
 use std::sync::Arc;
 
@@ -39,6 +40,46 @@ impl<S: Store> Limiter<S> {
         let asked = std::time::Instant::now();
         let answers = futures::future::join_all(calls).await;
         self.redis_calls.took(asked.elapsed());
+        let (taken, denied) = self.record_answers(&mut items, &groups, answers, &mut local);
+        let now = local_clock_us();
+        if denied {
+            // Nothing may be taken locally: what they could take, for the reply.
+            for &i in &local {
+                let item = &mut items[i];
+                item.decision = Some(decide_without_redis(
+                    &self.local,
+                    &item.entry.rule,
+                    item.key,
+                    0,
+                    now,
+                ));
+                if let Some(d) = &mut item.decision {
+                    d.allowed = d.allowed && d.remaining >= u64::from(item.cost);
+                }
+            }
+        } else {
+            self.locally(&mut items, &local, false, now);
+        }
+        let allowed = items
+            .iter()
+            .all(|it| it.decision.is_some_and(|d| d.allowed));
+        if !allowed {
+            self.undo(redis, &items, &groups, &taken).await;
+        }
+        self.finish(&items, &[])
+    }
+
+    /// Records each group's answer in its items: the decisions Redis made (under a
+    /// run-time override's parameters, if any), and when each was taken. A group that
+    /// failed joins `local`. Returns the groups that took their units and whether any
+    /// group denied.
+    fn record_answers(
+        &self,
+        items: &mut [Item<S>],
+        groups: &[Group<S>],
+        answers: Vec<Result<Vec<Taken>, StoreError>>,
+        local: &mut Vec<usize>,
+    ) -> (Vec<usize>, bool) {
         let mut denied = false;
         let mut taken = Vec::new();
         for (gi, (g, answer)) in groups.iter().zip(answers).enumerate() {
@@ -75,32 +116,7 @@ impl<S: Store> Limiter<S> {
                 }
             }
         }
-        let now = local_clock_us();
-        if denied {
-            // Nothing may be taken locally: what they could take, for the reply.
-            for &i in &local {
-                let item = &mut items[i];
-                item.decision = Some(decide_without_redis(
-                    &self.local,
-                    &item.entry.rule,
-                    item.key,
-                    0,
-                    now,
-                ));
-                if let Some(d) = &mut item.decision {
-                    d.allowed = d.allowed && d.remaining >= u64::from(item.cost);
-                }
-            }
-        } else {
-            self.locally(&mut items, &local, false, now);
-        }
-        let allowed = items
-            .iter()
-            .all(|it| it.decision.is_some_and(|d| d.allowed));
-        if !allowed {
-            self.undo(redis, &items, &groups, &taken).await;
-        }
-        self.finish(&items, &[])
+        (taken, denied)
     }
 
     /// Gives back what the shards in `taken` reserved, all at once, each bounded by

@@ -9,13 +9,13 @@
 use super::query::redis_decision;
 use super::{ActiveRule, CheckError, Limiter};
 use crate::admission::Peer;
-use crate::algorithm::Kind;
+use crate::algorithm::{Kind, Outcome};
 use crate::clock::local_clock_us;
 use crate::config::Rule;
 use crate::decision::Decision;
 use crate::fallback::decide_without_redis;
 use crate::key::{fits, tag_in, KeyHash, TAG_MAX};
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -118,63 +118,10 @@ impl<S: Store> Limiter<S> {
         peer: &Peer,
     ) -> Result<Pending<Inspection>, CheckError> {
         let (entry, hash) = self.operated(rule, key)?;
-        let rule = Arc::clone(&entry.rule);
         let now = local_clock_us();
-        let (lease_grants, lease_units) = self.leases.held_by(hash);
-        let mut seen = Inspection {
-            decision: Decision {
-                allowed: true,
-                limit: rule.limit(),
-                remaining: 0,
-                reset_ms: 0,
-                wait_ms: 0,
-                source: crate::decision::Source::Local,
-            },
-            window_ms: rule.window_ms,
-            lease_grants,
-            lease_units,
-            slot: None,
-            primary: None,
-            cached_deny: self.cache.holds(hash, now),
-            local_bucket: self.local.holds(hash),
-            store_error: None,
-            slots: None,
-            override_text: None,
-            override_ttl_ms: None,
-            rule,
-        };
-        let slots = (seen.rule.params.kind() == Kind::Concurrency).then(|| SlotsSeen {
-            held: None,
-            held_here: self.slots_held_of(hash),
-            max_hold_ms: seen.rule.window_ms,
-        });
-        if let Some(s) = slots {
-            // Until Redis answers: this daemon's slots, as `mode = "none"` counts them.
-            let r = &seen.rule;
-            seen.decision.remaining = r.limit().saturating_sub(s.held_here);
-            seen.slots = Some(s);
-        }
+        let mut seen = self.seen_here(Arc::clone(&entry.rule), hash, now);
         let Some(redis) = &self.redis else {
-            if let Some(s) = &mut seen.slots {
-                s.held = Some(s.held_here);
-                return Ok(Box::pin(std::future::ready(seen)));
-            }
-            let r = &seen.rule;
-            seen.decision = if seen.local_bucket {
-                self.local
-                    .decide(hash, r.limit(), &r.params, r.sketch_tag, 0, now)
-            } else {
-                // A key never decided: a new key's state, without making it a bucket.
-                let o = r.params.decide(&mut None, now, 0);
-                Decision {
-                    allowed: o.allowed,
-                    limit: r.limit(),
-                    remaining: o.remaining,
-                    reset_ms: o.reset_ms,
-                    wait_ms: o.wait_ms,
-                    source: crate::decision::Source::Local,
-                }
-            };
+            self.inspect_locally(&mut seen, hash, now);
             return Ok(Box::pin(std::future::ready(seen)));
         };
         let mut buf = [0u8; TAG_MAX];
@@ -202,29 +149,104 @@ impl<S: Store> Limiter<S> {
                     seen.override_ttl_ms = ttl;
                 }
             }
-            match redis
+            let answer = redis
                 .decide(route, redis_key, r.params, 0, true, slot)
-                .await
-            {
-                Ok(o) => {
-                    let r = this.tiers.resolve(&base, hash, o.tier).rule.clone();
-                    seen.window_ms = r.window_ms;
-                    seen.decision = redis_decision(&r, &o);
-                    seen.rule = Arc::clone(&r);
-                    if let Some(s) = &mut seen.slots {
-                        s.held = Some(r.limit().saturating_sub(o.remaining));
-                    }
-                }
-                Err(e) => {
-                    if seen.slots.is_none() {
-                        seen.decision =
-                            decide_without_redis(&this.local, &r, hash, 0, local_clock_us());
-                    }
-                    seen.store_error = Some(e.to_string());
-                }
-            }
+                .await;
+            this.seen_in_redis(&mut seen, &base, hash, answer);
             seen
         }))
+    }
+
+    /// What this daemon holds for `hash` under `rule`, before any Redis call: its
+    /// leases, deny cache entry and local bucket, and (a concurrency rule) its slots.
+    fn seen_here(&self, rule: Arc<Rule>, hash: u64, now: f64) -> Inspection {
+        let (lease_grants, lease_units) = self.leases.held_by(hash);
+        let mut seen = Inspection {
+            decision: Decision {
+                allowed: true,
+                limit: rule.limit(),
+                remaining: 0,
+                reset_ms: 0,
+                wait_ms: 0,
+                source: crate::decision::Source::Local,
+            },
+            window_ms: rule.window_ms,
+            lease_grants,
+            lease_units,
+            slot: None,
+            primary: None,
+            cached_deny: self.cache.holds(hash, now),
+            local_bucket: self.local.holds(hash),
+            store_error: None,
+            slots: None,
+            override_text: None,
+            override_ttl_ms: None,
+            rule,
+        };
+        if seen.rule.params.kind() == Kind::Concurrency {
+            let held_here = self.slots_held_of(hash);
+            // Until Redis answers: this daemon's slots, as `mode = "none"` counts them.
+            seen.decision.remaining = seen.rule.limit().saturating_sub(held_here);
+            seen.slots = Some(SlotsSeen {
+                held: None,
+                held_here,
+                max_hold_ms: seen.rule.window_ms,
+            });
+        }
+        seen
+    }
+
+    /// `seen` without a store (`redis.mode = "none"`): this daemon's slots, its local
+    /// bucket's state, or a new key's, without making it a bucket.
+    fn inspect_locally(&self, seen: &mut Inspection, hash: u64, now: f64) {
+        if let Some(s) = &mut seen.slots {
+            s.held = Some(s.held_here);
+            return;
+        }
+        let r = &seen.rule;
+        seen.decision = if seen.local_bucket {
+            self.local
+                .decide(hash, r.limit(), &r.params, r.sketch_tag, 0, now)
+        } else {
+            let o = r.params.decide(&mut None, now, 0);
+            Decision {
+                allowed: o.allowed,
+                limit: r.limit(),
+                remaining: o.remaining,
+                reset_ms: o.reset_ms,
+                wait_ms: o.wait_ms,
+                source: crate::decision::Source::Local,
+            }
+        };
+    }
+
+    /// `seen` after the store's dry run `answer`: the key's state under the parameters
+    /// in force (a run-time override's, if any), or the error and the local view.
+    fn seen_in_redis(
+        &self,
+        seen: &mut Inspection,
+        base: &Arc<ActiveRule>,
+        hash: u64,
+        answer: Result<Outcome, StoreError>,
+    ) {
+        match answer {
+            Ok(o) => {
+                let r = self.tiers.resolve(base, hash, o.tier).rule.clone();
+                seen.window_ms = r.window_ms;
+                seen.decision = redis_decision(&r, &o);
+                if let Some(s) = &mut seen.slots {
+                    s.held = Some(r.limit().saturating_sub(o.remaining));
+                }
+                seen.rule = r;
+            }
+            Err(e) => {
+                if seen.slots.is_none() {
+                    let now = local_clock_us();
+                    seen.decision = decide_without_redis(&self.local, &seen.rule, hash, 0, now);
+                }
+                seen.store_error = Some(e.to_string());
+            }
+        }
     }
 
     /// `RESET`: deletes `key`'s state under `rule` in the store, then in this daemon's
