@@ -16,7 +16,12 @@ use super::{ceil_ms, settle, Family, Outcome, Spec, WindowParams, MAX_LIMIT};
 
 /// This algorithm's entry in the table (`super::registry`).
 pub const SPEC: Spec = Spec {
-    lease: super::lease!("sliding_window_counter", "lease_window", "window_counter"),
+    lease: super::lease!(
+        "sliding_window_counter",
+        "lease_window",
+        "window_counter",
+        "lease_window_slice"
+    ),
     ..super::spec!(
         "sliding_window_counter",
         "swc",

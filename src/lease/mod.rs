@@ -254,14 +254,15 @@ impl<H> LeasedKey<H> {
                 };
             }
             // A slice short of the cost: it refills; renewed near its deadline.
-            let renew = s.deadline_us - now <= SLICE_RENEW_US && s.in_flight == 0;
+            let renew = s.renews && s.deadline_us - now <= SLICE_RENEW_US && s.in_flight == 0;
             if s.rate > 0 && need <= s.cap && !renew {
                 // DENY until it holds the cost, or until it is renewed.
                 let short = u128::from(need - s.units) * 1_000_000;
                 let us = short.div_ceil(u128::from(s.rate));
+                let ahead = if s.renews { SLICE_RENEW_US } else { 0 };
                 let until = now
                     .saturating_add(u64::try_from(us).unwrap_or(u64::MAX))
-                    .min(s.deadline_us - SLICE_RENEW_US.min(s.deadline_us - now));
+                    .min(s.deadline_us - ahead.min(s.deadline_us - now));
                 return Local::Paced {
                     wait_ms: until.saturating_sub(now).div_ceil(1000).max(1),
                     reset_ms: s.reset_ms,
@@ -373,7 +374,10 @@ impl<H> LeasedKey<H> {
             s.accrued_at = got_us.max(sent_us);
             // The drift margin of the lifetime granted (DRIFT_MARGIN_US for LIFETIME_US).
             let drift = 1000 + g.lifetime_us / 1000;
-            let spare = if g.rate > 0 { SLICE_SPARE_US } else { 0 };
+            // A bucket's slice lives the whole SLICE_LIFETIME_US and is renewed before its
+            // end; a window's slice ends with its window (a new one starts the next).
+            s.renews = g.rate > 0 && g.lifetime_us >= SLICE_LIFETIME_US;
+            let spare = if s.renews { SLICE_SPARE_US } else { 0 };
             let life = g.lifetime_us.saturating_sub(drift + spare);
             let current = ask.generation == self.counts.generation.load(Ordering::Relaxed);
             // A lease granted to a call started before a reload is reported, not spent.

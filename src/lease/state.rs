@@ -18,6 +18,9 @@ pub(super) struct State {
     pub(super) grant: i64,
     pub(super) cap: u64,
     pub(super) rate: u64,
+    /// A slice renewed when short within `SLICE_RENEW_US` of its deadline (a bucket's;
+    /// a window's slice ends with its window).
+    pub(super) renews: bool,
     /// Our clock (µs) up to which the slice's refill is in `units`.
     pub(super) accrued_at: u64,
     pub(super) slot_start: u64,
