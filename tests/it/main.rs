@@ -53,5 +53,6 @@ mod socket;
 mod standalone;
 mod state;
 mod systemd;
+mod twin_leases;
 mod twin_slots;
 mod twins;

@@ -1,0 +1,242 @@
+//! The sliding window counter's lease script against the reference model: holders take
+//! leases and window slices from `lua/lease_sliding_window_counter.lua` in a real Redis
+//! (explicit timestamps) and spend them as a daemon does (a slice accrues its rate from
+//! the reply until the holder's deadline, whole units spent), and every unit admitted,
+//! from Redis or from a lease, is decided again by the reference model
+//! (`tests/reference`) at its real time, as one client deciding every request: the
+//! model must admit each (docs/DESIGN.md "Leases", "Windows": zero over-admission). A
+//! saturated run also checks the other side: each whole window is used (≥ 90 % of the
+//! limit) in equal shares (±10 % of their mean).
+
+use crate::common;
+use crate::reference;
+
+use common::*;
+use proptest::prelude::*;
+use ratelimitd::algorithm::Kind;
+use reference::{Algo, Model};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+fn redis() -> &'static RedisStandalone {
+    static REDIS: OnceLock<RedisStandalone> = OnceLock::new();
+    REDIS.get_or_init(RedisStandalone::start)
+}
+
+static CASE: AtomicU64 = AtomicU64::new(0);
+
+/// µ-units per unit on the holder.
+const UNIT: u64 = 1_000_000;
+
+/// One holder's lease as a daemon keeps it (`src/lease/state.rs`).
+#[derive(Debug, Default, Clone)]
+struct Holder {
+    grant: i64,
+    /// µ-units unspent.
+    units: u64,
+    cap: u64,
+    /// µ-units/s.
+    rate: u64,
+    accrued_at: u64,
+    /// Spent only before this (µs).
+    deadline: u64,
+}
+
+impl Holder {
+    fn accrue(&mut self, now: u64) {
+        let until = now.min(self.deadline);
+        if self.rate > 0 && until > self.accrued_at {
+            let add = u128::from(self.rate) * u128::from(until - self.accrued_at) / 1_000_000;
+            self.units = (self.units + add as u64).min(self.cap);
+            self.accrued_at = until;
+        }
+    }
+
+    /// Spends `cost` units at `now` if the lease holds them.
+    fn spend(&mut self, cost: u64, now: u64) -> bool {
+        if self.grant == 0 || now >= self.deadline {
+            return false;
+        }
+        self.accrue(now);
+        if self.units >= cost * UNIT {
+            self.units -= cost * UNIT;
+            return true;
+        }
+        false
+    }
+}
+
+/// The key under test: the script, its rule and the holders.
+struct Key {
+    name: String,
+    limit: u64,
+    window: u64,
+    holders: Vec<Holder>,
+}
+
+impl Key {
+    fn new(limit: u64, window: u64, hosts: usize) -> Key {
+        Key {
+            name: format!("twin-lease:{{{}}}", CASE.fetch_add(1, Ordering::Relaxed)),
+            limit,
+            window,
+            holders: vec![Holder::default(); hosts],
+        }
+    }
+
+    /// Holder `h`'s call at `now`: decides `cost`, gives its lease back (its unspent
+    /// whole units), asks for `want` units (`pace`: saturated). Returns the decision.
+    fn call(&mut self, h: usize, now: u64, cost: u64, want: u64, pace: u64) -> bool {
+        let script = ratelimitd::store::scripts::lease_lua(Kind::SlidingWindowCounter)
+            .expect("a lease script");
+        let mine = &mut self.holders[h];
+        mine.accrue(now);
+        let (given, unspent) = (mine.grant, mine.units / UNIT);
+        let lifetime = if pace > 0 { 2_000_000 } else { 1_000_000 };
+        let args: Vec<String> = vec![
+            self.limit.to_string(),
+            self.window.to_string(),
+            cost.to_string(),
+            now.to_string(),
+            format!("h{h}"),
+            given.to_string(),
+            unspent.to_string(),
+            want.to_string(),
+            lifetime.to_string(),
+            pace.to_string(),
+            String::new(),
+            "0".into(),
+            String::new(),
+        ];
+        let mut cmd = vec!["EVAL", script, "1", &self.name];
+        cmd.extend(args.iter().map(String::as_str));
+        let r = redis_command(&redis().addr(), &cmd)
+            .expect("EVAL")
+            .into_ints();
+        assert_eq!(r.len(), 12, "{r:?}");
+        *mine = Holder::default();
+        if want > 0 && r[6] > 0 {
+            let life = r[5] as u64;
+            *mine = Holder {
+                grant: r[6],
+                units: r[4] as u64 * UNIT,
+                cap: (r[8] as u64 * UNIT).max(r[4] as u64 * UNIT),
+                rate: r[9] as u64,
+                accrued_at: now,
+                deadline: (now + life).saturating_sub(1000 + life / 1000),
+            };
+        }
+        r[0] == 1
+    }
+}
+
+fn model(limit: u64, window: u64) -> Model {
+    Model::new(Algo::SlidingWindowCounter {
+        limit: limit as f64,
+        window: window as f64,
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Random calls and spends of two to four holders (each spend takes all its lease
+    /// holds then): every unit admitted, from Redis or a lease, passes the reference
+    /// model at its real time.
+    #[test]
+    fn every_unit_a_lease_admits_passes_the_model(
+        limit in 1u64..400,
+        window_ms in prop::sample::select(vec![100u64, 1000, 7000]),
+        hosts in 2usize..5,
+        steps in prop::collection::vec((0u64..30_000, 0usize..4, 0u8..10, 1u64..4, 1u64..300), 1..400),
+    ) {
+        let window = window_ms * 1000;
+        let mut key = Key::new(limit, window, hosts);
+        let mut m = model(limit, window);
+        let mut now = 1_790_000_000_000_000u64 + (steps.len() as u64 * 7919) % window;
+        for (i, &(dt, h, what, cost, want)) in steps.iter().enumerate() {
+            now += dt;
+            let h = h % hosts;
+            let cost = cost.min(limit);
+            if what < 6 {
+                // As much as the lease holds now (a saturated holder's demand).
+                while key.holders[h].spend(cost, now) {
+                    prop_assert_eq!(m.decide(now as f64, cost)[0], 1,
+                        "step {}: holder {} spent {} at {} the model refuses", i, h, cost, now);
+                }
+            } else {
+                let pace = if what < 8 { 200_000 } else { 0 };
+                let want = if what == 9 { 0 } else { want };
+                if key.call(h, now, cost, want, pace) {
+                    prop_assert_eq!(m.decide(now as f64, cost)[0], 1,
+                        "step {}: Redis admitted {} at {} the model refuses", i, cost, now);
+                }
+            }
+        }
+    }
+}
+
+/// Three saturated holders, as the daemons (`tests/serial/leases/windows.rs`): each
+/// spends a unit every 0.5 ms while its lease holds one, and calls (a slice: pace) when
+/// its lease ends, or 200 ms after a call that brought no slice when its lease is
+/// short. Every unit passes
+/// the model; each whole window admits at least 90 % of the limit, the holders within
+/// ±10 % of their mean, with at most one call per ten units.
+#[test]
+fn saturated_holders_use_each_window_in_equal_shares() {
+    let (limit, window) = (600u64, 1_000_000u64);
+    let mut key = Key::new(limit, window, 3);
+    let mut m = model(limit, window);
+    let t0 = 1_790_000_000_000_000u64 + 137_000;
+    let mut next_call = [t0, t0 + 7_000, t0 + 19_000];
+    let mut per_window: std::collections::BTreeMap<u64, [u64; 3]> = Default::default();
+    let mut calls = 0u64;
+    let end = t0 + 6 * window;
+    let mut now = t0;
+    while now < end {
+        for h in 0..3 {
+            // Offset the holders' instants a little.
+            let at = now + h as u64 * 97;
+            let spent = key.holders[h].spend(1, at);
+            let admitted = spent || {
+                let lease = &key.holders[h];
+                let held = lease.grant != 0 && at < lease.deadline && lease.rate > 0;
+                if !held && at >= next_call[h] {
+                    calls += 1;
+                    let ok = key.call(h, at, 1, 120, 200_000);
+                    if key.holders[h].rate == 0 {
+                        next_call[h] = at + 200_000;
+                    }
+                    ok
+                } else {
+                    false
+                }
+            };
+            if admitted {
+                assert_eq!(m.decide(at as f64, 1)[0], 1, "holder {h} at {at}");
+                per_window.entry(at / window).or_default()[h] += 1;
+            }
+        }
+        now += 500;
+    }
+    let (first, last) = (t0 / window, (end - 1) / window);
+    let mut totals = [0u64; 3];
+    let mut admitted = 0;
+    for (w, per) in &per_window {
+        admitted += per.iter().sum::<u64>();
+        if *w == first || *w == last {
+            continue;
+        }
+        let sum: u64 = per.iter().sum();
+        println!("window {w}: {sum} admitted, per holder {per:?}");
+        assert!(sum <= limit, "window {w}: {sum}");
+        assert!(sum * 10 >= limit * 9, "window {w}: {sum} < 90 % of {limit}");
+        totals.iter_mut().zip(per).for_each(|(t, p)| *t += p);
+    }
+    let mean = totals.iter().sum::<u64>() as f64 / 3.0;
+    println!("whole windows per holder {totals:?}; {calls} calls for {admitted} admitted");
+    for t in totals {
+        assert!((t as f64 - mean).abs() <= 0.1 * mean, "{totals:?}");
+    }
+    assert!(calls * 10 <= admitted, "{calls} calls for {admitted}");
+}
