@@ -374,9 +374,10 @@ impl<H> LeasedKey<H> {
             s.accrued_at = got_us.max(sent_us);
             // The drift margin of the lifetime granted (DRIFT_MARGIN_US for LIFETIME_US).
             let drift = 1000 + g.lifetime_us / 1000;
-            // A bucket's slice lives the whole SLICE_LIFETIME_US and is renewed before its
-            // end; a window's slice ends with its window (a new one starts the next).
-            s.renews = g.rate > 0 && g.lifetime_us >= SLICE_LIFETIME_US;
+            // A slice that lives the lifetime asked (a bucket's) is renewed before its end;
+            // one cut short by its window's end is not (the next window's is taken when
+            // it ends: renewing it would only bring the same share again).
+            s.renews = g.rate > 0 && g.lifetime_us >= ask.lifetime_us;
             let spare = if s.renews { SLICE_SPARE_US } else { 0 };
             let life = g.lifetime_us.saturating_sub(drift + spare);
             let current = ask.generation == self.counts.generation.load(Ordering::Relaxed);

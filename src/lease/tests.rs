@@ -281,6 +281,44 @@ fn a_slice_refills_at_its_rate_up_to_its_cap_until_its_deadline() {
 }
 
 #[test]
+fn a_window_slice_is_spent_until_its_window_ends_and_not_renewed() {
+    let s = slot();
+    let t = 1_000_000;
+    s.spend(1, t, true);
+    let (ask, flight) = s.begin(1, 1000, true, t, &holder());
+    // Cut short by its window's end: 300 ms of the lifetime asked, 1 unit every 5 ms.
+    let life = 300_000;
+    let slice = Granted {
+        units: UNIT,
+        lifetime_us: life,
+        grant: 7,
+        returned: 0,
+        cap: 61 * UNIT,
+        rate: 200 * UNIT,
+        last_grant: 7,
+        witness_due: 0,
+    };
+    s.granted(t, t, &ask, slice, rep(0, 10));
+    drop(flight);
+    assert!(matches!(s.spend(1, t, true), Local::Taken { .. }));
+    let deadline = t + life - (1000 + life / 1000);
+    // Short near its deadline: DENY from the slice until it holds the cost, no call.
+    let near = deadline - SLICE_RENEW_US / 2;
+    while matches!(s.spend(1, near, true), Local::Taken { .. }) {}
+    match s.spend(1, near, true) {
+        Local::Paced { wait_ms, .. } => assert!((1..=5).contains(&wait_ms), "{wait_ms}"),
+        other => panic!("{other:?}"),
+    }
+    // Its window over, the next request calls, for a slice.
+    assert!(matches!(
+        s.spend(1, deadline, true),
+        Local::Call { hot: true }
+    ));
+    let (next, _flight) = s.begin(1, 1000, true, deadline, &holder());
+    assert_eq!((next.given_back, next.pace_us), (7, PACE_US));
+}
+
+#[test]
 fn a_slice_reports_its_refill_until_the_call_and_none_after_its_deadline() {
     let s = slot();
     let t = 1_000_000;
