@@ -354,6 +354,10 @@ impl<H> LeasedKey<H> {
         if ask.want == 0 && ask.given_back == 0 {
             return;
         }
+        // A window's slice given back with nothing asked (the sweep, its window over):
+        // the key stays saturated, so that its next call asks for a slice again rather
+        // than a lump of what other holders are due.
+        let window_slice = s.rate > 0 && !s.renews;
         if ask.given_back != 0 && s.grant == ask.given_back {
             self.counts.ended(ask.unspent / UNIT, g.returned / UNIT);
             s.grant = 0;
@@ -393,8 +397,11 @@ impl<H> LeasedKey<H> {
         // lease (a slice keeps the key saturated: its next lease is a slice too). Without
         // a lease, the next call waits for what Redis said (a window's end, the leases
         // that fill a bucket ending), at least PACE_US, at most a lifetime.
-        s.saturated =
-            ask.want > 0 && (g.rate > 0 || (g.units / UNIT < want && reported.remaining < want));
+        s.saturated = if ask.want == 0 && window_slice {
+            s.saturated
+        } else {
+            ask.want > 0 && (g.rate > 0 || (g.units / UNIT < want && reported.remaining < want))
+        };
         // The call that finds a key saturated was not asking for a slice: the next one,
         // at once, does.
         s.paced_until = if s.saturated && g.rate == 0 && ask.pace_us > 0 {
