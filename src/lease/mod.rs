@@ -18,8 +18,11 @@
 //!   equally), which this host refills itself until the deadline (its [`SLICE_LIFETIME_US`]
 //!   less the margins) while Redis refills the key slower by as much; a request the
 //!   slice cannot pay for yet is a DENY from the lease, without a call, and one finding
-//!   it short within [`SLICE_RENEW_US`] of its deadline renews it. A window grants the
-//!   host's share of the window. A host that gets nothing asks again when Redis's
+//!   it short within [`SLICE_RENEW_US`] of its deadline renews it. A fixed window grants
+//!   the host's share of the window; a sliding window counter a *window slice*, its due
+//!   share of the window so far and its share of the rate the previous window's weight
+//!   gives room back at, accrued the same way until the window's end (not renewed: the
+//!   next window's is taken then). A host that gets nothing asks again when Redis's
 //!   `wait_ms` says (at least [`PACE_US`], at most [`LIFETIME_US`]), answering DENY from
 //!   the lease meanwhile.
 //!
