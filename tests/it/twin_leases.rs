@@ -194,18 +194,18 @@ fn saturated_holders_use_each_window_in_equal_shares() {
     let end = t0 + 6 * window;
     let mut now = t0;
     while now < end {
-        for h in 0..3 {
+        for (h, next) in next_call.iter_mut().enumerate() {
             // Offset the holders' instants a little.
             let at = now + h as u64 * 97;
             let spent = key.holders[h].spend(1, at);
             let admitted = spent || {
                 let lease = &key.holders[h];
                 let held = lease.grant != 0 && at < lease.deadline && lease.rate > 0;
-                if !held && at >= next_call[h] {
+                if !held && at >= *next {
                     calls += 1;
                     let ok = key.call(h, at, 1, 120, 200_000);
                     if key.holders[h].rate == 0 {
-                        next_call[h] = at + 200_000;
+                        *next = at + 200_000;
                     }
                     ok
                 } else {
