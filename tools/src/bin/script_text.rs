@@ -39,7 +39,9 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         None => {
-            eprintln!("script_text: no script named {name:?} (batch, all_batch, or an algorithm's name)");
+            eprintln!(
+                "script_text: no script named {name:?} (batch, all_batch, or an algorithm's name)"
+            );
             ExitCode::FAILURE
         }
     }
