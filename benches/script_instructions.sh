@@ -1,24 +1,32 @@
 #!/usr/bin/env bash
 # Redis's instructions per token-bucket decision, counted by callgrind (stable where this
 # VM's timings are not): redis-server runs under `valgrind --tool=callgrind` and serves
-# N decisions on new keys, sent 50 commands at a time, three ways:
+# N decisions on new keys, sent 50 commands at a time, five ways:
 #   seed    the seeds' plain script (benches/seed_token_bucket.lua), one EVALSHA each
 #   single  our token bucket script, one EVALSHA each
 #   batch   our token bucket through the batch script, BATCH decisions per EVALSHA
+#   all     CHECKALL groups of two token-bucket keys through the all-or-nothing batch
+#           script (lua/all_batch.lua, standalone), as the daemon sends them: BATCH/2
+#           groups (BATCH decisions) per EVALSHA, every group allowed (new keys)
+#   deny    the same groups, each denied on its second key (a cost above the capacity):
+#           the first key is taken, then given back, and both are reported as dry runs
 # Each count is that run's instructions minus those of a run of N/10 decisions,
-# divided by the difference in decisions.
+# divided by the difference in decisions (for all and deny, a decision is one key of a
+# group: a group of two costs twice the figure).
 #
-#   bash benches/script_instructions.sh [N] [BATCH]     # defaults 2000 20
+#   bash benches/script_instructions.sh [N] [BATCH] [MODES]  # defaults 2000 20 "seed single batch all deny"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-2000}
 BATCH=${2:-20}
+MODES=${3:-seed single batch all deny}
 command -v valgrind >/dev/null || { echo "script_instructions.sh: valgrind not found (apt-get install valgrind)" >&2; exit 1; }
 command -v redis-server >/dev/null || { echo "script_instructions.sh: redis-server not found" >&2; exit 1; }
 source benches/lib.sh
 bench_work script-instr
 cargo run --release --quiet -p ratelimitd-tools --bin script_text -- batch >"$work/batch.lua" 2>/dev/null
 cargo run --release --quiet -p ratelimitd-tools --bin script_text -- token_bucket >"$work/single.lua" 2>/dev/null
+cargo run --release --quiet -p ratelimitd-tools --bin script_text -- all_batch >"$work/all.lua" 2>/dev/null
 cp benches/seed_token_bucket.lua "$work/seed.lua"
 
 # count WORKLOAD DECISIONS: redis-server's total instructions serving them.
@@ -63,7 +71,7 @@ try:
             sys.exit(f"script_instructions.sh: Redis replied {line.strip()!r}")
         return line.strip()
     sha = {}
-    for name in ("seed", "single", "batch"):
+    for name in ("seed", "single", "batch", "all"):
         f.write(cmd("SCRIPT", "LOAD", open(f"{work}/{name}.lua").read())); f.flush()
         sha[name] = read()
     # capacity 1000 tokens, refill 1000/s, cost 1 (micro-units, as the daemon sends)
@@ -74,6 +82,18 @@ try:
             keys = [f"rl:{{k:{j * batch + i}}}:tb" for i in range(batch)]
             items = [x for _ in keys for x in [0, len(args)] + args]
             reqs.append(cmd("EVALSHA", sha["batch"], len(keys), *keys, *items))
+    elif w in ("all", "deny"):
+        # Groups of two keys; in deny, the second one's cost is above the capacity, so
+        # the group is denied once its first key is taken.
+        over = [1000000000, 1000, 2000000000]
+        for j in range(n // batch):
+            keys, items = [], []
+            for g in range(batch // 2):
+                i = j * batch + 2 * g
+                keys += [f"rl:{{k:{i}}}:tb", f"rl:{{k:{i + 1}}}:tb"]
+                second = over if w == "deny" else args
+                items += [2, 0, len(args), *args, 0, len(second), *second]
+            reqs.append(cmd("EVALSHA", sha["all"], len(keys), *keys, *items))
     else:
         suffix = "sd" if w == "seed" else "tb"
         reqs = [cmd("EVALSHA", sha[w], 1, f"rl:{{k:{i}}}:{suffix}", *args) for i in range(n)]
@@ -95,7 +115,7 @@ PY
 
 printf '| what Redis runs | instructions per decision |\n|---|---:|\n'
 small=$((N / 10))
-for w in seed single batch; do
+for w in $MODES; do
     base=$(count "$w" "$small")
     full=$(count "$w" "$N")
     printf '| %s | %s |\n' "$w" "$(( (full - base) / (N - small) ))"

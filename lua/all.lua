@@ -24,93 +24,130 @@
 -- run of every key before taking any was the first design: twice the work on every
 -- ALLOW, the common case.) A key whose command raises an error (Redis Cluster: a key
 -- Redis refuses as not the node's own) has the keys before it given back the same
--- way, then the error is raised again: the group took nothing.
+-- way, then the group fails with that error: it took nothing.
+--
+-- The common case, every key allowed, costs what the batch script's decisions do plus
+-- a few table writes per key: nothing is parsed ahead or kept per key but where its
+-- item starts (`starts`, one table reused by every group), its arguments are one table
+-- built in one go, and the reply is written straight into the group's reply table,
+-- each decision's instant in its slot; a DENY re-reads what it needs from `items`.
 local base = now
+-- Algorithm index as sent ("0", "1", ...) to its place in `algorithms`: a lookup, where
+-- tonumber() would parse the text on every key.
+local kind_of = {}
+for i = 1, #algorithms do
+  kind_of[tostring(i - 1)] = i
+end
+-- Where each key's item of the current group starts in `items`.
+local starts = {}
 
--- `count` decisions' items from items[at] on, and where the next item starts.
-local function parse_items(count, at)
-  local parsed = {}
-  for i = 1, count do
-    local kind, n = tonumber(items[at]), tonumber(items[at + 1])
-    local args = {}
+-- The arguments of the item at `at` (a new table: override() rewrites the first two),
+-- with '', '1' after the first three for a dry run, and where the next item starts;
+-- sets `now` to the instant the decision is made at (the call's TIME, or the item's
+-- "now"), `clock` and `dry`.
+local function args_at(at, peek)
+  local n = items[at + 1]
+  local a
+  if n == '3' then
+    now = base
+    if peek then
+      a = {items[at + 2], items[at + 3], items[at + 4], '', '1'}
+    else
+      a = {items[at + 2], items[at + 3], items[at + 4]}
+    end
+    n = 3
+  else
+    n = tonumber(n)
+    a = {}
     for j = 1, n do
-      args[j] = items[at + 1 + j]
+      a[j] = items[at + 1 + j]
     end
-    at = at + 2 + n
-    parsed[i] = {kind = kind, args = args}
+    local t = a[4]
+    if t and t ~= '' then
+      now = tonumber(t)
+    else
+      now = base
+    end
+    a[4], a[5] = nil, nil
+    if peek then
+      a[4], a[5] = '', '1'
+    end
   end
-  return parsed, at
-end
-
--- The instant a decision is made at: the call's TIME, or its item's "now".
-local function instant_of(p)
-  local t = p.args[4]
-  if t and t ~= '' then
-    return tonumber(t)
-  end
-  return base
-end
-
-local function run(key, p, peek)
-  now = instant_of(p)
   clock, dry = now, false
-  KEYS[1] = key
-  local args = {p.args[1], p.args[2], p.args[3]}
-  if peek then
-    args[4], args[5] = '', '1'
-  end
-  return algorithms[p.kind + 1](args)
+  return a, at + 2 + n
 end
 
--- Gives back what keys 1..taken took, last first, each from the instant it was taken at.
-local function give_back_taken(ks, parsed, instants, taken)
+-- The algorithm of the item at `at` (its function's place in `algorithms`).
+local function kind_at(at)
+  local text = items[at]
+  return kind_of[text] or (tonumber(text) + 1)
+end
+
+-- Writes reply `r` of a decision taken at `instant` (0: not taken) into `flat` from
+-- w + 1 on.
+local function put(flat, w, r, instant)
+  flat[w + 1], flat[w + 2], flat[w + 3], flat[w + 4] = r[1], r[2], r[3], r[4]
+  flat[w + 5], flat[w + 6], flat[w + 7], flat[w + 8] = instant, r[5] or 0, r[6] or 0, r[7] or 0
+end
+
+-- Gives back what the group's keys 1..taken (keys[first + i]) took, last first, each
+-- from the instant it was taken at (its slot in `flat`, from `w0` on).
+local function give_back_taken(first, taken, flat, w0)
   for i = taken, 1, -1 do
-    local p = parsed[i]
-    now = instant_of(p)
-    clock, dry = now, false
-    KEYS[1] = ks[i]
-    local a = {p.args[1], p.args[2], p.args[3]}
+    local at = starts[i]
+    local a = args_at(at, false)
+    KEYS[1] = keys[first + i]
     override(a)
-    give_backs[p.kind + 1](a, instants[i])
+    give_backs[kind_at(at)](a, flat[w0 + 8 * (i - 1) + 5])
   end
 end
 
--- Decides the keys `ks` (their items `parsed`) all or nothing; appends the group's
--- reply to `flat`.
-local function all_or_nothing(ks, parsed, flat)
-  local out, instants, taken = {}, {}, 0
-  for i = 1, #ks do
-    local ok, r = pcall(run, ks[i], parsed[i], false)
+-- A group denied at its key `denied`: what the keys before it took goes back, from the
+-- same instant (nothing ran in between, so each give-back restores exactly what its
+-- take wrote), and every key is reported as a dry run of its cost now, from `w0` on.
+local function undo(first, count, denied, flat, w0)
+  give_back_taken(first, denied - 1, flat, w0)
+  local w = w0
+  for i = 1, count do
+    local at = starts[i]
+    local a = args_at(at, true)
+    KEYS[1] = keys[first + i]
+    put(flat, w, algorithms[kind_at(at)](a), 0)
+    w = w + 8
+  end
+end
+
+-- Decides the `count` keys keys[first + 1 ..] (their items from items[at] on) all or
+-- nothing, their reply written into `flat` from flat[w + 1] on. Returns where the
+-- next group's items start; or nil and the error a key's command raised (the group
+-- took nothing: the keys before it were given back).
+local function all_or_nothing(first, count, at, flat, w)
+  local w0 = w
+  for i = 1, count do
+    starts[i] = at
+    local kind = kind_at(at)
+    local a, next_at = args_at(at, false)
+    KEYS[1] = keys[first + i]
+    local ok, r = pcall(algorithms[kind], a)
     if not ok then
-      give_back_taken(ks, parsed, instants, taken)
-      error(r, 0)
+      local undone, e = pcall(give_back_taken, first, i - 1, flat, w0)
+      return nil, undone and r or e
     end
-    out[i] = r
+    at = next_at
     if r[1] ~= 1 then
-      break
+      -- The rest of the group's items, skipped (their keys are decided dry in undo()).
+      for j = i + 1, count do
+        starts[j] = at
+        at = at + 2 + tonumber(items[at + 1])
+      end
+      local undone, e = pcall(undo, first, count, i, flat, w0)
+      if not undone then
+        return nil, e
+      end
+      return at
     end
-    instants[i] = now
-    taken = i
+    put(flat, w, r, now)
+    w = w + 8
   end
-  if taken < #ks then
-    -- Denied: what the keys before it took goes back, from the same instant (nothing ran
-    -- in between, so each give-back restores exactly what its take wrote), and every
-    -- key is reported as a dry run of its cost now.
-    give_back_taken(ks, parsed, instants, taken)
-    for i = 1, #ks do
-      out[i] = run(ks[i], parsed[i], true)
-      instants[i] = 0
-    end
-  end
-  for i = 1, #ks do
-    local r = out[i]
-    flat[#flat + 1] = r[1]
-    flat[#flat + 1] = r[2]
-    flat[#flat + 1] = r[3]
-    flat[#flat + 1] = r[4]
-    flat[#flat + 1] = instants[i]
-    flat[#flat + 1] = r[5] or 0
-    flat[#flat + 1] = r[6] or 0
-    flat[#flat + 1] = r[7] or 0
-  end
+  return at
 end

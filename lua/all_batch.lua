@@ -1,7 +1,7 @@
 -- The loop of the all-or-nothing batch script: several groups of one primary in one
 -- EVALSHA (src/store/batch_all.rs), each decided all or nothing on its own
 -- (lua/all.lua), one after another, from the batch's TIME, a failure of one not
--- stopping the others. Its head sets `keys` and `at` as the batch script's does
+-- stopping the others (lua/all.lua catches each key's error, not each group's). Its head sets `keys` and `at` as the batch script's does
 -- (lua/batch.lua):
 --
 -- Standalone Redis: KEYS, every group's keys in order; ARGV, the groups.
@@ -20,27 +20,36 @@ local function refused(text)
 end
 local out = {}
 local next_key = 0
+local g = 0
 while at <= #items do
   local count = tonumber(items[at])
-  local parsed
-  parsed, at = parse_items(count, at + 1)
-  local ks = {}
-  for i = 1, count do
-    ks[i] = keys[next_key + i]
-  end
-  next_key = next_key + count
-  local flat = {}
-  local ok, reply = pcall(all_or_nothing, ks, parsed, flat)
-  if ok then
-    out[#out + 1] = flat
+  -- A group of two keys (the common CHECKALL) gets its reply table at its full size
+  -- at once, where filling it would grow it four times.
+  local flat
+  if count == 2 then
+    flat = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
   else
+    flat = {}
+  end
+  local done, e = all_or_nothing(next_key, count, at + 1, flat, 0)
+  next_key = next_key + count
+  g = g + 1
+  if done then
+    at = done
+    out[g] = flat
+  else
+    -- The group's items, skipped: each is its index, its count n, then n arguments.
+    at = at + 1
+    for _ = 1, count do
+      at = at + 2 + tonumber(items[at + 1])
+    end
     local text
-    if type(reply) == 'table' and reply.err then
-      text = reply.err
+    if type(e) == 'table' and e.err then
+      text = e.err
     else
       -- Redis before 7 raises a Redis error as its text; a Lua error is a message
       -- without an error code.
-      text = (tostring(reply):gsub('^%-', ''))
+      text = (tostring(e):gsub('^%-', ''))
       if not text:find('^%u+ ') then
         text = 'ERR ' .. text
       end
@@ -48,7 +57,7 @@ while at <= #items do
     if refused(text) then
       text = 'ALONE ' .. text
     end
-    out[#out + 1] = text
+    out[g] = text
   end
 end
 return out

@@ -20,7 +20,7 @@ use reference::Model;
 
 /// One decision's item of a group: algorithm index, argument count, the arguments of
 /// its own script with an explicit `now`.
-fn item(params: &Params, cost: u64, now_us: u64) -> Vec<String> {
+pub(crate) fn item(params: &Params, cost: u64, now_us: u64) -> Vec<String> {
     let (_, mut args) = lua_call(params, cost);
     args.push(now_us.to_string());
     let mut item = vec![(params.kind() as usize).to_string(), args.len().to_string()];
@@ -29,7 +29,7 @@ fn item(params: &Params, cost: u64, now_us: u64) -> Vec<String> {
 }
 
 /// A reply read as integers, or the error text.
-fn ints(r: Resp) -> Result<Vec<i64>, String> {
+pub(crate) fn ints(r: Resp) -> Result<Vec<i64>, String> {
     match r {
         Resp::Array(Some(v)) => Ok(v
             .into_iter()
@@ -75,7 +75,7 @@ fn alone(addr: &str, keys: &[String], items: &[Vec<String>]) -> Result<Vec<i64>,
 
 /// The expected reply of a group: every model allowed at its cost, then each taken (its
 /// instant returned); else none, each reported as its dry run.
-fn expected(models: &mut [Model], costs: &[u64], now: u64) -> Vec<i64> {
+pub(crate) fn expected(models: &mut [Model], costs: &[u64], now: u64) -> Vec<i64> {
     let mut tried: Vec<Model> = models.to_vec();
     let fields: Vec<[i64; 4]> = tried
         .iter_mut()

@@ -14,6 +14,7 @@ mod secure_redis;
 
 mod algorithms;
 mod batch;
+mod batch_all;
 mod bounded;
 mod checkall;
 mod cluster;

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo run -p ratelimitd-tools --bin script_text -- batch         # the batch script (lua/batch.lua)
+//! cargo run -p ratelimitd-tools --bin script_text -- all_batch     # the all-or-nothing batch script (lua/all_batch.lua), standalone
 //! cargo run -p ratelimitd-tools --bin script_text -- token_bucket  # an algorithm's own script
 //! ```
 //!
@@ -10,6 +11,7 @@
 //! function in the batch script and prints nothing.
 
 use ratelimitd::algorithm::Kind;
+use ratelimitd::store::multi::all_batch_lua;
 use ratelimitd::store::scripts::batch_lua;
 use std::process::ExitCode;
 
@@ -27,13 +29,19 @@ fn main() -> ExitCode {
         print!("{}", batch_lua());
         return ExitCode::SUCCESS;
     }
+    if name == "all_batch" {
+        print!("{}", all_batch_lua(false));
+        return ExitCode::SUCCESS;
+    }
     match Kind::from_name(&name) {
         Some(kind) => {
             print!("{}", kind.spec().lua);
             ExitCode::SUCCESS
         }
         None => {
-            eprintln!("script_text: no script named {name:?} (batch, or an algorithm's name)");
+            eprintln!(
+                "script_text: no script named {name:?} (batch, all_batch, or an algorithm's name)"
+            );
             ExitCode::FAILURE
         }
     }
