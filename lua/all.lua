@@ -70,7 +70,7 @@ local function give_back_taken(ks, parsed, instants, taken)
     clock, dry = now, false
     KEYS[1] = ks[i]
     local a = {p.args[1], p.args[2], p.args[3]}
-    override(a)
+    override_of(a)
     give_backs[p.kind + 1](a, instants[i])
   end
 end

@@ -39,6 +39,7 @@ mod local;
 mod metrics;
 mod module_graph;
 mod operator;
+mod override_in_state;
 mod overrides;
 mod permissions;
 mod primary_metrics;
