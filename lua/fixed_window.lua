@@ -13,8 +13,8 @@
 -- The key expires 1 s after its window ends, counted on the node's own clock (prelude
 -- expiry()); a DENY or a cost of 0 writes nothing, unless the rule in force needs the
 -- count longer than its stored expiry (a reload lengthened the window).
-local s = redis.call('HMGET', KEYS[1], 'w', 'c', 'x', 'oa', 'ob', 'ol', 'oh', 'oo', 'oe')
-override(ARGV, s, 4)
+local s = redis.call('HMGET', KEYS[1], 'w', 'c', 'x', 'ov')
+override(ARGV, s[4])
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])

@@ -17,8 +17,8 @@
 -- queue would be empty, counted on the node's own clock (prelude expiry()); a DENY or a
 -- cost of 0 writes nothing, unless the rule in force needs the state longer than its
 -- stored expiry (a reload slowed the leak).
-local s = redis.call('HMGET', KEYS[1], 'l', 'ts', 'x', 'oa', 'ob', 'ol', 'oh', 'oo', 'oe')
-override(ARGV, s, 4)
+local s = redis.call('HMGET', KEYS[1], 'l', 'ts', 'x', 'ov')
+override(ARGV, s[4])
 local cap = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])

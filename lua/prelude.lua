@@ -147,32 +147,33 @@ local function store(write, stored, reset_ms, a, va, b, vb, c, vc)
 end
 
 -- A run-time override of the key's parameters (OVERRIDE, src/limiter/tiers.rs). For an
--- algorithm whose state is a hash, it lives in that hash, beside the state, in fields
--- no state or lease field is named: oa, ob = the decision's ARGV[1] and ARGV[2] under
--- the override, ol = its limit, oh, oo = the high and low 32 bits of its rate (f64
--- bits) or window (ms), op = its text (INSPECT), oe = when it ends, µs on the node's
--- clock (absent: until cleared). The decision script reads them in the HMGET that
--- reads its state (oa … oe after the state's fields) and calls override() with that
--- reply and where they start in it: one read, so the cluster batch still
--- reads its key before any write, and the override moves with the state in a slot
--- migration. An override past its end is ignored (Redis 7.0 has no per-field expiry);
--- the key's TTL is never below its remaining life (store()), and a key whose override
--- has no end has no TTL. A hash holding only these fields has no state: a new key.
+-- algorithm whose state is a hash, it lives in that hash, beside the state, in two
+-- fields no state or lease field is named: ov = "<a> <b> <l> <h> <o> <e>" (a, b = the
+-- decision's ARGV[1] and ARGV[2] under the override, l = its limit, h, o = the high
+-- and low 32 bits of its rate (f64 bits) or window (ms), e = when it ends, µs on the
+-- node's clock, or "-" until cleared) and op = its text (INSPECT only). One field, so
+-- that the HMGET that reads the state reads it too for one more name: the decision
+-- script asks for ov after its state's fields and calls override(args, ov). One read,
+-- so the cluster batch still reads its key before any write, and the override moves
+-- with the state in a slot migration. An override past its end is ignored (Redis 7.0
+-- has no per-field expiry); the key's TTL is never below its remaining life (store()),
+-- and a key whose override has no end has no TTL. A hash holding only these fields has
+-- no state: a new key.
 --
--- override() replaces args[1], args[2]; tiered() adds ol, oh, oo to the reply, so the
+-- override() replaces args[1], args[2]; tiered() adds l, h, o to the reply, so the
 -- daemon reports the overridden limit and can decide the key without Redis under it.
-local function override(args, s, i)
+local function override(args, ov)
   tier, kept = nil, nil
-  local a, b, l, h, o = s[i], s[i + 1], s[i + 2], s[i + 3], s[i + 4]
-  if not (a and b and l and h and o) then
+  if not ov then
     return
   end
-  local e = s[i + 5]
-  if e then
-    e = tonumber(e)
-    if e <= clock then
-      return
-    end
+  local a, b, l, h, o, e = string.match(ov, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+  if not a then
+    return
+  end
+  e = tonumber(e)
+  if e and e <= clock then
+    return
   end
   args[1], args[2] = a, b
   tier = {tonumber(l), tonumber(h), tonumber(o)}
@@ -184,19 +185,19 @@ end
 -- hash.
 local side_override
 local function override_of(args)
-  local s = redis.pcall('HMGET', KEYS[1], 'oa', 'ob', 'ol', 'oh', 'oo', 'oe')
-  if s.err then
+  local s = redis.pcall('HGET', KEYS[1], 'ov')
+  if type(s) == 'table' and s.err then
     -- Not a hash (a sorted set: its override is beside it), or a key Redis refuses
     -- (the give-back's own read raises it).
     side_override(args)
   else
-    override(args, s, 1)
+    override(args, s)
   end
 end
 
 -- The override of an algorithm whose state is not a hash (sliding_window_log's sorted
--- set): the hash <KEYS[1]>:ov beside the state, in its hash tag's slot, with the same
--- fields as override()'s without their `o` (a, b, l, h, o, p) and a TTL for its end.
+-- set): the hash <KEYS[1]>:ov beside the state, in its hash tag's slot, with the
+-- fields a, b, l, h, o (as in override()'s ov) and p (its text), and a TTL for its end.
 -- Read with pcall: while its slot migrates, Redis Cluster refuses a script's read of a
 -- key absent from the node (the hash moved ahead of the state, or there is none), and
 -- the decision must still be made from the state still here: such a decision is made
@@ -207,8 +208,10 @@ function side_override(args)
   if o.err then
     return
   end
-  override(args, o, 1)
-  kept = nil
+  if o[1] and o[2] and o[3] and o[4] and o[5] then
+    args[1], args[2] = o[1], o[2]
+    tier = {tonumber(o[3]), tonumber(o[4]), tonumber(o[5])}
+  end
 end
 local function tiered(reply)
   if tier then

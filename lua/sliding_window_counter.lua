@@ -19,8 +19,8 @@
 -- node's own clock (prelude expiry()); a DENY or a cost of 0 writes nothing, unless the
 -- rule in force needs the counts longer than their stored expiry (a reload lengthened
 -- the window).
-local s = redis.call('HMGET', KEYS[1], 'w', 'c', 'p', 'x', 'oa', 'ob', 'ol', 'oh', 'oo', 'oe')
-override(ARGV, s, 5)
+local s = redis.call('HMGET', KEYS[1], 'w', 'c', 'p', 'x', 'ov')
+override(ARGV, s[5])
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])

@@ -17,8 +17,8 @@
 -- state longer than its stored expiry (a reload slowed the refill).
 -- reset_ms / wait_ms are the first whole ms at which the stored bucket is full / holds
 -- `cost`: a closed form, checked against the refill rule by settle() (as in Rust).
-local s = redis.call('HMGET', KEYS[1], 't', 'ts', 'x', 'oa', 'ob', 'ol', 'oh', 'oo', 'oe')
-override(ARGV, s, 4)
+local s = redis.call('HMGET', KEYS[1], 't', 'ts', 'x', 'ov')
+override(ARGV, s[4])
 local cap = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])

@@ -2,9 +2,10 @@
 //! write it, read it for `INSPECT`, and keep it through `RESET`.
 //!
 //! For an algorithm whose state is a hash (token bucket, leaky bucket, fixed window,
-//! sliding window counter) the override lives in the state hash itself, in fields
-//! named `oa ob ol oh oo op oe` (`lua/prelude.lua` override()), so that the decision
-//! reads it in the same `HMGET` as the state and a slot migration moves both at once.
+//! sliding window counter) the override lives in the state hash itself, in the fields
+//! `ov` (what the decision applies, and its end) and `op` (its text, for `INSPECT`;
+//! `lua/prelude.lua` override()), so that the decision reads it in the same `HMGET` as
+//! the state and a slot migration moves both at once.
 //! The key then lives at least as long as the override: no TTL while it has no end,
 //! at least its remaining life otherwise. For the sliding window log (a sorted set) it
 //! is the hash `<state key>:ov` beside it (`a b l h o p`, its end as that hash's TTL).
@@ -75,7 +76,8 @@ pub(super) fn reset_args(key: &StoreKey) -> Vec<Value> {
 
 /// Replaces the override of KEYS[1] (state) / KEYS[2] (side hash) with ARGV[2..8] (a,
 /// b, l, h, o, p, then its ttl in ms or ""), or clears it when there are none; ARGV[1]
-/// "1": the override lives in the state hash (and the side hash, for older daemons).
+/// "1": the override lives in the state hash (fields `ov` = "a b l h o end", end in µs
+/// on the node's clock or "-", and `op` = p), and in the side hash for older daemons.
 /// One script: a decision never reads half an override.
 ///
 /// The state hash's TTL: none under an override without end (`PERSIST`); under one
@@ -88,7 +90,7 @@ local t = redis.call('TIME')\n\
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n\
 redis.call('DEL', KEYS[2])\n\
 if hash then\n\
-  redis.call('HDEL', KEYS[1], 'oa', 'ob', 'ol', 'oh', 'oo', 'op', 'oe')\n\
+  redis.call('HDEL', KEYS[1], 'ov', 'op')\n\
 end\n\
 local function state_ms()\n\
   local x = tonumber(redis.call('HGET', KEYS[1], 'x') or '')\n\
@@ -105,13 +107,14 @@ end\n\
 redis.call('HSET', KEYS[2], 'a', ARGV[2], 'b', ARGV[3], 'l', ARGV[4], 'h', ARGV[5], 'o', ARGV[6], 'p', ARGV[7])\n\
 if ARGV[8] ~= '' then redis.call('PEXPIRE', KEYS[2], ARGV[8]) end\n\
 if not hash then return 1 end\n\
-redis.call('HSET', KEYS[1], 'oa', ARGV[2], 'ob', ARGV[3], 'ol', ARGV[4], 'oh', ARGV[5], 'oo', ARGV[6], 'op', ARGV[7])\n\
+local ov = ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. ARGV[4] .. ' ' .. ARGV[5] .. ' ' .. ARGV[6] .. ' '\n\
 if ARGV[8] == '' then\n\
+  redis.call('HSET', KEYS[1], 'ov', ov .. '-', 'op', ARGV[7])\n\
   redis.call('PERSIST', KEYS[1])\n\
   return 1\n\
 end\n\
 local ttl = tonumber(ARGV[8])\n\
-redis.call('HSET', KEYS[1], 'oe', string.format('%d', now + ttl * 1000))\n\
+redis.call('HSET', KEYS[1], 'ov', ov .. string.format('%d', now + ttl * 1000), 'op', ARGV[7])\n\
 local need = math.max(ttl, redis.call('PTTL', KEYS[1]), state_ms() or 0)\n\
 redis.call('PEXPIRE', KEYS[1], string.format('%d', need))\n\
 return 1";
@@ -120,11 +123,12 @@ return 1";
 /// (-1: no end), or nil without one in force (an override of the state hash past its
 /// end is none).
 const READ: &str = "if ARGV[1] == '1' then\n\
-  local o = redis.call('HMGET', KEYS[1], 'op', 'oe')\n\
-  if not o[1] then return false end\n\
-  if not o[2] then return {o[1], -1} end\n\
+  local o = redis.call('HMGET', KEYS[1], 'op', 'ov')\n\
+  if not (o[1] and o[2]) then return false end\n\
+  local e = tonumber(string.match(o[2], '(%S+)$'))\n\
+  if not e then return {o[1], -1} end\n\
   local t = redis.call('TIME')\n\
-  local left = tonumber(o[2]) - (tonumber(t[1]) * 1000000 + tonumber(t[2]))\n\
+  local left = e - (tonumber(t[1]) * 1000000 + tonumber(t[2]))\n\
   if left <= 0 then return false end\n\
   return {o[1], math.ceil(left / 1000)}\n\
 end\n\
@@ -139,18 +143,18 @@ const RESET: &str = "if ARGV[1] ~= '1' then\n\
   redis.call('DEL', KEYS[1])\n\
   return 1\n\
 end\n\
-local o = redis.call('HMGET', KEYS[1], 'oa', 'ob', 'ol', 'oh', 'oo', 'op', 'oe')\n\
+local o = redis.call('HMGET', KEYS[1], 'ov', 'op')\n\
 redis.call('DEL', KEYS[1])\n\
-if not (o[1] and o[2] and o[3] and o[4] and o[5] and o[6]) then return 1 end\n\
+if not (o[1] and o[2]) then return 1 end\n\
+local e = tonumber(string.match(o[1], '(%S+)$'))\n\
 local ms\n\
-if o[7] then\n\
+if e then\n\
   local t = redis.call('TIME')\n\
-  ms = math.ceil((tonumber(o[7]) - (tonumber(t[1]) * 1000000 + tonumber(t[2]))) / 1000)\n\
+  ms = math.ceil((e - (tonumber(t[1]) * 1000000 + tonumber(t[2]))) / 1000)\n\
   if ms <= 0 then return 1 end\n\
 end\n\
-redis.call('HSET', KEYS[1], 'oa', o[1], 'ob', o[2], 'ol', o[3], 'oh', o[4], 'oo', o[5], 'op', o[6])\n\
+redis.call('HSET', KEYS[1], 'ov', o[1], 'op', o[2])\n\
 if ms then\n\
-  redis.call('HSET', KEYS[1], 'oe', o[7])\n\
   redis.call('PEXPIRE', KEYS[1], string.format('%d', ms))\n\
 end\n\
 return 1";
