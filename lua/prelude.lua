@@ -185,13 +185,13 @@ end
 -- hash.
 local side_override
 local function override_of(args)
-  local s = redis.pcall('HGET', KEYS[1], 'ov')
-  if type(s) == 'table' and s.err then
+  local s = redis.pcall('HMGET', KEYS[1], 'ov')
+  if s.err then
     -- Not a hash (a sorted set: its override is beside it), or a key Redis refuses
     -- (the give-back's own read raises it).
     side_override(args)
   else
-    override(args, s)
+    override(args, s[1])
   end
 end
 
