@@ -74,8 +74,8 @@ pub(super) fn reset_args(key: &StoreKey) -> Vec<Value> {
     eval_args(RESET, key)
 }
 
-/// Replaces the override of KEYS[1] (state) / KEYS[2] (side hash) with ARGV[2..8] (a,
-/// b, l, h, o, p, then its ttl in ms or ""), or clears it when there are none; ARGV[1]
+/// Replaces the override of `KEYS[1]` (state) / `KEYS[2]` (side hash) with `ARGV[2..8]` (a,
+/// b, l, h, o, p, then its ttl in ms or ""), or clears it when there are none; `ARGV[1]`
 /// "1": the override lives in the state hash (fields `ov` = "a b l h o end", end in µs
 /// on the node's clock or "-", and `op` = p), and in the side hash for older daemons.
 /// One script: a decision never reads half an override.
@@ -119,7 +119,7 @@ local need = math.max(ttl, redis.call('PTTL', KEYS[1]), state_ms() or 0)\n\
 redis.call('PEXPIRE', KEYS[1], string.format('%d', need))\n\
 return 1";
 
-/// The override of KEYS[1] / KEYS[2] (ARGV[1] as for [`WRITE`]) as `{text, ms left}`
+/// The override of `KEYS[1]` / `KEYS[2]` (`ARGV[1]` as for [`WRITE`]) as `{text, ms left}`
 /// (-1: no end), or nil without one in force (an override of the state hash past its
 /// end is none).
 const READ: &str = "if ARGV[1] == '1' then\n\
@@ -136,8 +136,8 @@ local p = redis.call('HGET', KEYS[2], 'p')\n\
 if not p then return false end\n\
 return {p, redis.call('PTTL', KEYS[2])}";
 
-/// `RESET` of KEYS[1]: its state and any leases recorded in it deleted; an override in
-/// it (ARGV[1] "1", as for [`WRITE`]) still in force is written back, with the TTL of
+/// `RESET` of `KEYS[1]`: its state and any leases recorded in it deleted; an override in
+/// it (`ARGV[1]` "1", as for [`WRITE`]) still in force is written back, with the TTL of
 /// its remaining life (none without end). The side hash stays as it is.
 const RESET: &str = "if ARGV[1] ~= '1' then\n\
   redis.call('DEL', KEYS[1])\n\
