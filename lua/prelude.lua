@@ -180,39 +180,6 @@ local function override(args, ov)
   kept = e or true
 end
 
--- The override of KEYS[1] read on its own (a give-back, which reads no decision's
--- state first): override() of its fields, or side_override() for a key that is not a
--- hash.
-local side_override
-local function override_of(args)
-  local s = redis.pcall('HMGET', KEYS[1], 'ov')
-  if s.err then
-    -- Not a hash (a sorted set: its override is beside it), or a key Redis refuses
-    -- (the give-back's own read raises it).
-    side_override(args)
-  else
-    override(args, s[1])
-  end
-end
-
--- The override of an algorithm whose state is not a hash (sliding_window_log's sorted
--- set): the hash <KEYS[1]>:ov beside the state, in its hash tag's slot, with the
--- fields a, b, l, h, o (as in override()'s ov) and p (its text), and a TTL for its end.
--- Read with pcall: while its slot migrates, Redis Cluster refuses a script's read of a
--- key absent from the node (the hash moved ahead of the state, or there is none), and
--- the decision must still be made from the state still here: such a decision is made
--- under the rule's own parameters (docs/DESIGN.md, "Run-time overrides").
-function side_override(args)
-  tier, kept = nil, nil
-  local o = redis.pcall('HMGET', KEYS[1] .. ':ov', 'a', 'b', 'l', 'h', 'o')
-  if o.err then
-    return
-  end
-  if o[1] and o[2] and o[3] and o[4] and o[5] then
-    args[1], args[2] = o[1], o[2]
-    tier = {tonumber(o[3]), tonumber(o[4]), tonumber(o[5])}
-  end
-end
 local function tiered(reply)
   if tier then
     reply[5], reply[6], reply[7] = tier[1], tier[2], tier[3]
