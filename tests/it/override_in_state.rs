@@ -10,8 +10,9 @@ use common::*;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// A bucket full again 1 s after it is drained (its key's TTL is then at most 2 s), and
-/// a window of 200 ms (its key's TTL at most 1.2 s).
+/// A bucket full again 1 s after it is drained (its key's TTL is then at most 2 s), a
+/// window of 200 ms (its key's TTL at most 1.2 s), and a log (a sorted set: its override
+/// stays in the hash beside it).
 const RULES: &str = r#"
 [[rule]]
 name = "quick"
@@ -24,6 +25,12 @@ name = "win"
 algorithm = "fixed_window"
 limit = 3
 window = "200ms"
+
+[[rule]]
+name = "log"
+algorithm = "sliding_window_log"
+limit = 3
+window = "1h"
 "#;
 
 /// The override's fields in the state hash (`lua/prelude.lua` override()): what the
@@ -229,6 +236,27 @@ fn a_hash_holding_only_an_override_decides_as_a_new_key() {
             "{rule}: {replies:?}"
         );
     }
+}
+
+#[test]
+fn a_sorted_set_keeps_its_override_beside_it() {
+    let (redis, _d, mut c) = start();
+    assert_eq!(c.request("OVERRIDE log t:s limit=2"), "OK");
+    let side = hash(&redis, "rl:{log:t:s}:swl:ov");
+    assert!(side["p"].starts_with("limit=2 "), "{side:?}");
+    let replies = c.pipeline(&vec!["CHECK log t:s".to_string(); 3]);
+    let allowed = replies.iter().filter(|r| r.starts_with("ALLOW")).count();
+    assert_eq!(allowed, 2, "{replies:?}");
+    assert_eq!(parse_reply(&replies[2]).limit, 2, "{replies:?}");
+    // REFUND is capped at the override's limit, read beside the log.
+    let r = parse_reply(&c.request("REFUND log t:s 5"));
+    assert_eq!((r.limit, r.remaining), (2, 2), "{r:?}");
+    assert_eq!(c.request("RESET log t:s"), "OK");
+    assert_eq!(redis.cli(&["EXISTS", "rl:{log:t:s}:swl:ov"]), "1");
+    assert_eq!(c.request("OVERRIDE log t:s clear"), "OK");
+    assert_eq!(redis.cli(&["EXISTS", "rl:{log:t:s}:swl:ov"]), "0");
+    let r = check(&mut c, "log", "t:s", 0);
+    assert_eq!((r.limit, r.remaining), (3, 3), "{r:?}");
 }
 
 fn fields_of(line: &str) -> HashMap<String, String> {
