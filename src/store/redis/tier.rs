@@ -12,7 +12,7 @@
 //!
 //! The side hash is also written for the hash algorithms, for daemons of the release
 //! before in-hash overrides, which read only it (docs/OPERATIONS.md, "Rolling
-//! upgrades"); it is never read for them here.
+//! upgrades and in-hash overrides"); it is never read for them here.
 
 use crate::algorithm::Kind;
 use crate::store::{StoreKey, TierRecord};
