@@ -133,12 +133,13 @@ local function store(write, stored, reset_ms, a, va, b, vb, c, vc)
     return
   end
   -- The key outlives its override (override()): none while it has no end (the key
-  -- then has no TTL), at least its remaining life otherwise.
+  -- then has no TTL), at least its remaining life otherwise, plus 1 ms: Redis counts
+  -- PEXPIRE from its own ms, which may be up to 1 ms behind `clock`.
   if kept then
     if kept == true then
       return
     end
-    local left = ceil_ms(kept - clock)
+    local left = ceil_ms(kept - clock) + 1
     if left > ttl then
       ttl = left
     end

@@ -81,7 +81,8 @@ pub(super) fn reset_args(key: &StoreKey) -> Vec<Value> {
 /// One script: a decision never reads half an override.
 ///
 /// The state hash's TTL: none under an override without end (`PERSIST`); under one
-/// with a ttl, the longest of that ttl, the key's TTL and what its state needs (its
+/// with a ttl, the longest of that ttl (plus 1 ms: Redis counts a TTL from its own ms,
+/// which may be up to 1 ms behind `TIME`), the key's TTL and what its state needs (its
 /// stored expiry `x`, µs on the node's clock). A clear gives a key left without TTL
 /// (its override had no end) its state's TTL again, or deletes it when its state is
 /// fully unused (no `x` ahead), as an expired key would be.
@@ -115,7 +116,7 @@ if ARGV[8] == '' then\n\
 end\n\
 local ttl = tonumber(ARGV[8])\n\
 redis.call('HSET', KEYS[1], 'ov', ov .. string.format('%d', now + ttl * 1000), 'op', ARGV[7])\n\
-local need = math.max(ttl, redis.call('PTTL', KEYS[1]), state_ms() or 0)\n\
+local need = math.max(ttl + 1, redis.call('PTTL', KEYS[1]), state_ms() or 0)\n\
 redis.call('PEXPIRE', KEYS[1], string.format('%d', need))\n\
 return 1";
 
@@ -138,7 +139,7 @@ return {p, redis.call('PTTL', KEYS[2])}";
 
 /// `RESET` of `KEYS[1]`: its state and any leases recorded in it deleted; an override in
 /// it (`ARGV[1]` "1", as for [`WRITE`]) still in force is written back, with the TTL of
-/// its remaining life (none without end). The side hash stays as it is.
+/// its remaining life plus 1 ms (none without end). The side hash stays as it is.
 const RESET: &str = "if ARGV[1] ~= '1' then\n\
   redis.call('DEL', KEYS[1])\n\
   return 1\n\
@@ -152,6 +153,7 @@ if e then\n\
   local t = redis.call('TIME')\n\
   ms = math.ceil((e - (tonumber(t[1]) * 1000000 + tonumber(t[2]))) / 1000)\n\
   if ms <= 0 then return 1 end\n\
+  ms = ms + 1\n\
 end\n\
 redis.call('HSET', KEYS[1], 'ov', o[1], 'op', o[2])\n\
 if ms then\n\
