@@ -97,7 +97,7 @@ local function give_back_taken(first, taken, flat, w0)
     local at = starts[i]
     local a = args_at(at, false)
     KEYS[1] = keys[first + i]
-    override(a)
+    override_of(a)
     give_backs[kind_at(at)](a, flat[w0 + 8 * (i - 1) + 5])
   end
 end

@@ -1,7 +1,8 @@
 -- Fixed window (docs/ALGORITHMS.md), the twin of src/algorithm/fixed_window.rs.
 --
 -- KEYS[1]  a hash {w = start of the window, µs since the epoch, c = units admitted in
---          it, x = the key's expiry, µs on the node's clock} named <prefix>:{<rule>:<key>}
+--          it, x = the key's expiry, µs on the node's clock, and a run-time
+--          override's fields (prelude.lua override())} named <prefix>:{<rule>:<key>}
 -- ARGV[1]  limit, units per window (may be fractional in tests of shared limits)
 -- ARGV[2]  window, µs (a whole number of ms); windows are aligned to the Unix epoch
 -- ARGV[3]  cost, units (integer)
@@ -12,12 +13,12 @@
 -- The key expires 1 s after its window ends, counted on the node's own clock (prelude
 -- expiry()); a DENY or a cost of 0 writes nothing, unless the rule in force needs the
 -- count longer than its stored expiry (a reload lengthened the window).
-override(ARGV)
+local s = redis.call('HMGET', KEYS[1], 'w', 'c', 'x', 'ov')
+override(ARGV, s[4])
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 dry = ARGV[5] == '1'
-local s = redis.call('HMGET', KEYS[1], 'w', 'c', 'x')
 local st_start, st_count
 local st_x = tonumber(s[3])
 if s[1] and s[2] then

@@ -15,6 +15,20 @@
 -- Only state fields are written, never the expiry: a state given units back is fully
 -- unused no later than before, so the key's TTL still outlives it.
 
+-- The run-time override of KEYS[1] read on its own (a give-back reads no decision's
+-- state first): prelude.lua override() of its ov field, or side_override()
+-- (side_override.lua) for a key that is not a hash.
+local function override_of(args)
+  local s = redis.pcall('HMGET', KEYS[1], 'ov')
+  if s.err then
+    -- Not a hash (a sorted set: its override is beside it), or a key Redis refuses
+    -- (the give-back's own read raises it).
+    side_override(args)
+  else
+    override(args, s[1])
+  end
+end
+
 -- Token bucket: tokens refilled up to now, plus the units, capped at the capacity.
 local function give_back_tb(args, at)
   local cap, rate, units = tonumber(args[1]), tonumber(args[2]), tonumber(args[3])

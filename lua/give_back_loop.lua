@@ -25,8 +25,8 @@ for i = 1, #keys do
   if args[4] and args[4] ~= '' then
     instant = tonumber(args[4])
   end
-  -- Capped at the key's run-time override if it has one (prelude.lua override()).
-  override(args)
+  -- Capped at the key's run-time override if it has one (give_back.lua override_of()).
+  override_of(args)
   give_backs[kind + 1](args, instant)
   now, clock, dry = base, base, false
   local r = algorithms[kind + 1]({args[1], args[2], 0, '', '1'})

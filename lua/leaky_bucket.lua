@@ -2,7 +2,8 @@
 -- src/algorithm/leaky_bucket.rs: the same operations on IEEE doubles in the same order.
 --
 -- KEYS[1]  the queue: a hash {l = level in micro-units, ts = µs on the Redis clock,
---          x = the key's expiry, µs on the node's clock} named <prefix>:{<rule>:<key>}
+--          x = the key's expiry, µs on the node's clock, and a run-time override's fields
+--          (prelude.lua override())} named <prefix>:{<rule>:<key>}
 -- ARGV[1]  capacity (queue size), micro-units (integer; capacity × 1e6)
 -- ARGV[2]  leak rate, units/s (= micro-units/µs), > 0
 -- ARGV[3]  cost, micro-units (integer)
@@ -16,13 +17,13 @@
 -- queue would be empty, counted on the node's own clock (prelude expiry()); a DENY or a
 -- cost of 0 writes nothing, unless the rule in force needs the state longer than its
 -- stored expiry (a reload slowed the leak).
-override(ARGV)
+local s = redis.call('HMGET', KEYS[1], 'l', 'ts', 'x', 'ov')
+override(ARGV, s[4])
 local cap = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 dry = ARGV[5] == '1'
 local st_level, st_ts
-local s = redis.call('HMGET', KEYS[1], 'l', 'ts', 'x')
 local st_x = tonumber(s[3])
 if s[1] and s[2] then
   st_level = tonumber(s[1])

@@ -89,6 +89,12 @@ local function read_state(key)
       fields[f] = v
     end
   end
+  -- A run-time override in the hash (prelude.lua override()) is not state: its fields
+  -- (ov, op) are only read here, so that store() keeps the key as long as it lives.
+  -- A leased rule takes no override (OVERRIDE refuses it) and these scripts apply
+  -- none; one written before a reload gave the rule leases is kept all the same.
+  override({}, fields.ov)
+  tier = nil
   for h, w in pairs(lives) do
     if leases[h] and leases[h][3] == w[1] and w[2] then
       leases[h].w = w

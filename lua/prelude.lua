@@ -103,6 +103,11 @@ local function outlives(stored, reset_ms, x)
   return reset_ms > 0 and (stored == nil or x > stored + 1000000)
 end
 
+-- The run-time override in force on KEYS[1] (override()): `tier` = {its limit, the
+-- high and low 32 bits of its rate or window}, nil without one; `kept` = when it ends,
+-- µs on the node's clock, true when it has no end, nil without one.
+local tier, kept
+
 -- Stores a state kept in the hash KEYS[1] that is fully unused `reset_ms` after `now`.
 -- When `write`: its fields, the pairs (a, va), (b, vb) and, if given, (c, vc), numbers,
 -- with the expiry. Otherwise only the expiry, when the rule in force needs the state
@@ -127,38 +132,55 @@ local function store(write, stored, reset_ms, a, va, b, vb, c, vc)
   else
     return
   end
+  -- The key outlives its override (override()): none while it has no end (the key
+  -- then has no TTL), at least its remaining life otherwise, plus 1 ms: Redis counts
+  -- PEXPIRE from its own ms, which may be up to 1 ms behind `clock`.
+  if kept then
+    if kept == true then
+      return
+    end
+    local left = ceil_ms(kept - clock) + 1
+    if left > ttl then
+      ttl = left
+    end
+  end
   redis.call('PEXPIRE', KEYS[1], digits(ttl))
 end
 
--- A run-time override of the key's parameters (OVERRIDE, src/limiter/tiers.rs): the
--- hash <KEYS[1]>:ov beside the state, in its hash tag's slot {a, b = the decision's
--- ARGV[1] and ARGV[2] under the override, l = its limit, h, o = the high and low 32
--- bits of its rate (f64 bits) or window (ms)}. Named after the state key, suffix
--- included, so an override written for another algorithm is never read. A decision
--- calls override() first (a read: the cluster batch still reads its key before any
--- write; a refusal of it raises nothing), which replaces args[1], args[2]; tiered()
--- adds l, h, o to its reply, so the daemon reports the overridden limit and can decide
--- the key without Redis under it.
+-- A run-time override of the key's parameters (OVERRIDE, src/limiter/tiers.rs). For an
+-- algorithm whose state is a hash, it lives in that hash, beside the state, in two
+-- fields no state or lease field is named: ov = "<a> <b> <l> <h> <o> <e>" (a, b = the
+-- decision's ARGV[1] and ARGV[2] under the override, l = its limit, h, o = the high
+-- and low 32 bits of its rate (f64 bits) or window (ms), e = when it ends, µs on the
+-- node's clock, or "-" until cleared) and op = its text (INSPECT only). One field, so
+-- that the HMGET that reads the state reads it too for one more name: the decision
+-- script asks for ov after its state's fields and calls override(args, ov). One read,
+-- so the cluster batch still reads its key before any write, and the override moves
+-- with the state in a slot migration. An override past its end is ignored (Redis 7.0
+-- has no per-field expiry); the key's TTL is never below its remaining life (store()),
+-- and a key whose override has no end has no TTL. A hash holding only these fields has
+-- no state: a new key.
 --
--- Read with pcall: while its slot migrates, Redis Cluster refuses a script's read of a
--- key absent from the node (the hash moved ahead of the state, or there is none), and
--- the decision must still be made from the state still here, as before overrides. Such
--- a decision is made under the rule's own parameters (docs/DESIGN.md, "Run-time
--- overrides").
-local tier
-local function override(args)
-  local o = redis.pcall('HMGET', KEYS[1] .. ':ov', 'a', 'b', 'l', 'h', 'o')
-  if o.err then
-    tier = nil
+-- override() replaces args[1], args[2]; tiered() adds l, h, o to the reply, so the
+-- daemon reports the overridden limit and can decide the key without Redis under it.
+local function override(args, ov)
+  tier, kept = nil, nil
+  if not ov then
     return
   end
-  if o[1] and o[2] and o[3] and o[4] and o[5] then
-    args[1], args[2] = o[1], o[2]
-    tier = {tonumber(o[3]), tonumber(o[4]), tonumber(o[5])}
-  else
-    tier = nil
+  local a, b, l, h, o, e = string.match(ov, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+  if not a then
+    return
   end
+  e = tonumber(e)
+  if e and e <= clock then
+    return
+  end
+  args[1], args[2] = a, b
+  tier = {tonumber(l), tonumber(h), tonumber(o)}
+  kept = e or true
 end
+
 local function tiered(reply)
   if tier then
     reply[5], reply[6], reply[7] = tier[1], tier[2], tier[3]

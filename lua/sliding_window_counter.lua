@@ -3,7 +3,8 @@
 --
 -- KEYS[1]  a hash {w = start of the current window (µs since the epoch), c = units
 --          admitted in it, p = units admitted in the window before, x = the key's
---          expiry, µs on the node's clock} named <prefix>:{<rule>:<key>}
+--          expiry, µs on the node's clock, and a run-time override's fields
+--          (prelude.lua override())} named <prefix>:{<rule>:<key>}
 -- ARGV[1]  limit, units per window
 -- ARGV[2]  window, µs (a whole number of ms); windows are aligned to the Unix epoch
 -- ARGV[3]  cost, units (integer)
@@ -18,13 +19,13 @@
 -- node's own clock (prelude expiry()); a DENY or a cost of 0 writes nothing, unless the
 -- rule in force needs the counts longer than their stored expiry (a reload lengthened
 -- the window).
-override(ARGV)
+local s = redis.call('HMGET', KEYS[1], 'w', 'c', 'p', 'x', 'ov')
+override(ARGV, s[5])
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 dry = ARGV[5] == '1'
 local st_start, st_current, st_previous
-local s = redis.call('HMGET', KEYS[1], 'w', 'c', 'p', 'x')
 local st_x = tonumber(s[4])
 if s[1] and s[2] and s[3] then
   st_start = tonumber(s[1])

@@ -26,7 +26,7 @@
 --
 -- Members written by versions without running totals ("<µs>:<units>") are rewritten
 -- once, O(n), the first time this script finds one as the newest entry.
-override(ARGV)
+side_override(ARGV)
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])

@@ -2,7 +2,8 @@
 -- operations on IEEE doubles in the same order, so both give the same fields.
 --
 -- KEYS[1]  the bucket: a hash {t = tokens in micro-tokens, ts = µs on the Redis clock,
---          x = the key's expiry, µs on the node's clock} named <prefix>:{<rule>:<key>} (the hash tag keeps it in one slot)
+--          x = the key's expiry, µs on the node's clock, and a run-time override's
+--          fields (prelude.lua override())} named <prefix>:{<rule>:<key>} (the hash tag keeps it in one slot)
 -- ARGV[1]  capacity, micro-tokens (integer; capacity × 1e6)
 -- ARGV[2]  refill rate, tokens/s (= micro-tokens/µs), > 0
 -- ARGV[3]  cost, micro-tokens (integer)
@@ -16,13 +17,13 @@
 -- state longer than its stored expiry (a reload slowed the refill).
 -- reset_ms / wait_ms are the first whole ms at which the stored bucket is full / holds
 -- `cost`: a closed form, checked against the refill rule by settle() (as in Rust).
-override(ARGV)
+local s = redis.call('HMGET', KEYS[1], 't', 'ts', 'x', 'ov')
+override(ARGV, s[4])
 local cap = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 dry = ARGV[5] == '1'
 local st_tokens, st_ts
-local s = redis.call('HMGET', KEYS[1], 't', 'ts', 'x')
 local st_x = tonumber(s[3])
 if s[1] and s[2] then
   st_tokens = tonumber(s[1])

@@ -14,7 +14,8 @@ pub const SPEC: Spec = super::spec!(
     "swl",
     Family::Window {
         max_limit: MAX_LOG_LIMIT
-    }
+    },
+    "side_override"
 );
 
 /// Parameters: `limit` per sliding `window`.

@@ -1,8 +1,9 @@
 //! Run-time overrides (`OVERRIDE <rule> <key> <param>=<value>... [ttl=<duration>]`):
 //! a key's tier changed while the daemons run, for every host at once.
 //!
-//! The override lives in Redis beside the key's state, in its hash tag's slot
-//! (`<state key>:ov`), and the key's decision script reads it first
+//! The override lives in Redis with the key's state: in the state hash itself for the
+//! algorithms whose state is a hash, else in the hash `<state key>:ov` beside it
+//! (`crate::store` writes it), and the key's decision script reads it with the state
 //! (`lua/prelude.lua` override()): every host's next decision applies it, with no
 //! config push, and Redis stays the one place that decides. The script reports the
 //! parameters it used; this daemon remembers them per key ([`Tiers`], bounded) so that
@@ -125,7 +126,7 @@ fn refused(why: String) -> CheckError {
 impl<S: Store> Limiter<S> {
     /// `OVERRIDE`: gives `key` of `rule` the parameters `params` (`(param, value)`
     /// pairs, validated as `[[rule.override]]` is) for `ttl_ms` (`None`: until
-    /// cleared), or clears its override when `params` is empty. Written to Redis beside
+    /// cleared), or clears its override when `params` is empty. Written to Redis with
     /// the key's state; this daemon's deny cache is cleared (as `RESET` does), other
     /// daemons' cached DENYs of the key end within `cache.ttl_ms`.
     ///

@@ -192,8 +192,9 @@ pub trait Store: Send + Sync + 'static {
         (None, None)
     }
 
-    /// Deletes `key`'s state (`RESET`), within [`Store::timeout`]; `hold` as for
-    /// [`Store::decide`]. Default: nothing is kept, nothing to delete.
+    /// Deletes `key`'s state (`RESET`), keeping its run-time override, within
+    /// [`Store::timeout`]; `hold` as for [`Store::decide`]. Default: nothing is kept,
+    /// nothing to delete.
     ///
     /// # Errors
     /// As [`Store::decide`].
@@ -208,7 +209,7 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Writes (`Some`) or deletes (`None`) the run-time override of `key`
-    /// (`OVERRIDE`), stored beside the key's state and read by its decision script,
+    /// (`OVERRIDE`), stored with the key's state and read by its decision script,
     /// within [`Store::timeout`]; `hold` as for [`Store::decide`]. Default: a store
     /// whose decisions read no override keeps none (the limiter remembers it).
     ///

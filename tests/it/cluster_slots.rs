@@ -70,12 +70,12 @@ fn slot_of(cluster: &TestCluster, key: &str) -> u16 {
 }
 
 /// A slot moved by hand from its owner to another primary, as a reshard does it.
-struct Migration {
+pub(crate) struct Migration {
     slot: u16,
     /// The old owner, `host:port`.
     src: String,
     /// The new owner, `host:port`, and its node id.
-    dst: String,
+    pub(crate) dst: String,
     dst_id: String,
 }
 
@@ -83,7 +83,7 @@ impl Migration {
     /// Starts moving `key`'s slot to another primary: `IMPORTING` on the new owner,
     /// `MIGRATING` on the old one, then `key` copied over (`MIGRATE`, as the admin over
     /// TLS). From then on the old owner answers `ASK` for `key`.
-    fn start(cluster: &TestCluster, flavor: Flavor, key: &str) -> Migration {
+    pub(crate) fn start(cluster: &TestCluster, flavor: Flavor, key: &str) -> Migration {
         let slot = slot_of(cluster, key);
         let (src, src_id) = owner_of(cluster, slot);
         let dst = cluster
@@ -115,7 +115,7 @@ impl Migration {
 
     /// Ends it: every primary gives the slot to the new owner (`SETSLOT NODE`), and the
     /// old owner answers `MOVED` for it.
-    fn finish(&self, cluster: &TestCluster) {
+    pub(crate) fn finish(&self, cluster: &TestCluster) {
         for node in cluster.primary_addrs() {
             cluster.cli(
                 &node,

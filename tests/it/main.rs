@@ -40,6 +40,8 @@ mod local;
 mod metrics;
 mod module_graph;
 mod operator;
+mod override_in_state;
+mod override_migration;
 mod overrides;
 mod permissions;
 mod primary_metrics;

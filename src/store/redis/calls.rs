@@ -3,7 +3,7 @@
 //! batch), bounded by `redis.timeout_ms`, heard by the primary's breaker, and finished
 //! on its own when its caller stops waiting.
 
-use super::RedisStore;
+use super::{tier, RedisStore};
 use crate::algorithm::{Outcome, Params};
 use crate::clock::mono_us;
 use crate::lease::{Granted, Request};
@@ -141,7 +141,8 @@ impl Store for RedisStore {
         (Some(slot), primary)
     }
 
-    /// `DEL` of the key on its primary: its state and any leases recorded in it.
+    /// One EVAL on the key's primary: its state and any leases recorded in it
+    /// deleted, its run-time override kept ([`tier`]).
     fn delete<H: Send + 'static>(
         self: &Arc<Self>,
         primary: Arc<Primary>,
@@ -149,17 +150,15 @@ impl Store for RedisStore {
         hold: H,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         let client = primary.client.clone();
-        let del = CustomCommand::new_static("DEL", ClusterHash::FirstKey, false);
+        let args = tier::reset_args(&key);
+        let eval = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
         self.held(primary, hold, async move {
-            client
-                .custom::<Value, _>(del, vec![Value::from(key.0)])
-                .await
-                .map(drop)
+            client.custom::<Value, _>(eval, args).await.map(drop)
         })
     }
 
-    /// One EVAL on the key's primary ([`TIER_WRITE`]): the override hash replaced (or
-    /// deleted), then its ttl set.
+    /// One EVAL on the key's primary ([`tier`]): the override replaced (or deleted),
+    /// with its ttl, and the key's TTL kept at least as long.
     fn set_tier<H: Send + 'static>(
         self: &Arc<Self>,
         primary: Arc<Primary>,
@@ -168,30 +167,14 @@ impl Store for RedisStore {
         hold: H,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         let client = primary.client.clone();
-        let mut args = vec![
-            Value::from(TIER_WRITE),
-            Value::Integer(1),
-            Value::from(tier_key(&key)),
-        ];
-        if let Some(t) = tier {
-            let [a, b] = t.args;
-            args.extend([
-                a,
-                b,
-                Value::Integer(t.tier.limit as i64),
-                Value::Integer((t.tier.per_bits >> 32) as i64),
-                Value::Integer((t.tier.per_bits & 0xffff_ffff) as i64),
-                Value::from(t.text),
-                Value::from(t.ttl_ms.map_or_else(String::new, |ms| ms.to_string())),
-            ]);
-        }
+        let args = tier::write_args(&key, tier);
         let eval = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
         self.held(primary, hold, async move {
             client.custom::<Value, _>(eval, args).await.map(drop)
         })
     }
 
-    /// `HGET p` and `PTTL` of the key's override hash, in one EVAL.
+    /// The key's override as written and the ms it has left, in one EVAL ([`tier`]).
     fn read_tier<H: Send + 'static>(
         self: &Arc<Self>,
         primary: Arc<Primary>,
@@ -199,11 +182,7 @@ impl Store for RedisStore {
         hold: H,
     ) -> impl Future<Output = Result<Option<(String, Option<u64>)>, StoreError>> + Send {
         let client = primary.client.clone();
-        let args = vec![
-            Value::from(TIER_READ),
-            Value::Integer(1),
-            Value::from(tier_key(&key)),
-        ];
+        let args = tier::read_args(&key);
         let eval = CustomCommand::new_static("EVAL", ClusterHash::Offset(2), false);
         self.held(primary, hold, async move {
             let reply = client.custom::<Value, _>(eval, args).await?;
@@ -338,24 +317,3 @@ fn is_redirect(e: &Error) -> bool {
     let d = e.details();
     d.starts_with("MOVED ") || d.starts_with("ASK ") || d.contains("CLUSTERDOWN")
 }
-
-/// The key of `key`'s run-time override: the state key with `:ov` (`lua/prelude.lua`
-/// override()), in the same hash tag's slot.
-fn tier_key(key: &StoreKey) -> String {
-    format!("{}:ov", key.as_str())
-}
-
-/// Replaces the override hash `KEYS[1]` with ARGV (a, b, l, h, o, p, then its ttl in ms
-/// or ""), or deletes it when ARGV is empty. One script: a decision never reads half an
-/// override.
-const TIER_WRITE: &str = "redis.call('DEL', KEYS[1])\n\
-if #ARGV >= 7 then\n\
-  redis.call('HSET', KEYS[1], 'a', ARGV[1], 'b', ARGV[2], 'l', ARGV[3], 'h', ARGV[4], 'o', ARGV[5], 'p', ARGV[6])\n\
-  if ARGV[7] ~= '' then redis.call('PEXPIRE', KEYS[1], ARGV[7]) end\n\
-end\n\
-return 1";
-
-/// The override hash's text and remaining ttl (ms; -1 without one).
-const TIER_READ: &str = "local p = redis.call('HGET', KEYS[1], 'p')\n\
-if not p then return false end\n\
-return {p, redis.call('PTTL', KEYS[1])}";

@@ -40,6 +40,7 @@ mod ask;
 mod calls;
 mod decide;
 mod probe;
+mod tier;
 mod together;
 pub(super) mod unsettled;
 
