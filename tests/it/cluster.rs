@@ -34,6 +34,7 @@ plain_and_tls!(
     pipelined_mixed_requests_answer_in_order_through_redis,
     two_daemons_on_one_cluster_share_one_budget_exactly,
     script_flush_reloads_the_scripts,
+    operator_verbs_run_as_the_daemons_user,
     full_outage_falls_back_locally_without_waiting_then_returns_to_redis,
 );
 
@@ -207,6 +208,45 @@ fn script_flush_reloads_the_scripts(flavor: Flavor) {
         let r = parse_reply(&c.request(&format!("CHECK big f{i}")));
         assert_eq!(r.source, "redis", "after SCRIPT FLUSH: {r:?}");
     }
+    cluster.assert_no_acl_denials();
+}
+
+/// The operator verbs that write or read a key's state in Redis (`OVERRIDE`, `INSPECT`,
+/// `RESET`, `OVERRIDE … clear`) through the daemon's own Redis user: with the documented
+/// least-privilege ACL line, Redis refuses none of their commands.
+fn operator_verbs_run_as_the_daemons_user(flavor: Flavor) {
+    let cluster = TestCluster::start(flavor);
+    let d = Daemon::start(&cluster_config(&cluster, BUCKET_RULES));
+    let mut c = connect_in_redis(&d, "big");
+    assert_eq!(parse_reply(&c.request("CHECK big op")).limit, 50);
+    assert_eq!(c.request("OVERRIDE big op capacity=3 ttl=1h"), "OK");
+    let under: Vec<Reply> = (0..4)
+        .map(|_| parse_reply(&c.request("CHECK big op")))
+        .collect();
+    // The key's state (49 tokens) is capped at the override's capacity: 3 allowed.
+    let allowed = under.iter().filter(|r| r.allowed()).count();
+    assert_eq!(allowed, 3, "{under:?}");
+    assert!(
+        under.iter().all(|r| r.limit == 3 && r.source != "local"),
+        "{under:?}"
+    );
+    let inspect = c.request("INSPECT big op");
+    assert!(inspect.contains("override=capacity=3"), "{inspect}");
+    assert_eq!(c.request("RESET big op"), "OK");
+    let after_reset = parse_reply(&c.request("CHECK big op"));
+    assert_eq!(
+        (after_reset.limit, after_reset.remaining),
+        (3, 2),
+        "{after_reset:?}"
+    );
+    assert_eq!(c.request("OVERRIDE big op clear"), "OK");
+    assert_eq!(c.request("RESET big op"), "OK");
+    let cleared = parse_reply(&c.request("CHECK big op"));
+    assert_eq!(
+        (cleared.limit, cleared.remaining, cleared.source.as_str()),
+        (50, 49, "redis"),
+        "{cleared:?}"
+    );
     cluster.assert_no_acl_denials();
 }
 
