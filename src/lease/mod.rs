@@ -369,31 +369,7 @@ impl<H> LeasedKey<H> {
             (s.cap, s.rate) = (0, 0);
         }
         if g.grant != 0 && (g.units > 0 || g.rate > 0) {
-            self.counts.granted(g.units / UNIT);
-            if s.grant != 0 {
-                // Not possible with one call at a time; the older grant lapses in Redis.
-                self.counts.ended(s.units / UNIT, 0);
-            }
-            s.units = g.units;
-            s.grant = g.grant;
-            s.cap = g.cap.max(g.units);
-            s.rate = g.rate;
-            s.accrued_at = got_us.max(sent_us);
-            // The drift margin of the lifetime granted (DRIFT_MARGIN_US for LIFETIME_US).
-            let drift = 1000 + g.lifetime_us / 1000;
-            // A slice that lives the lifetime asked (a bucket's) is renewed before its end;
-            // one cut short by its window's end is not (the next window's is taken when
-            // it ends: renewing it would only bring the same share again).
-            s.renews = g.rate > 0 && g.lifetime_us >= ask.lifetime_us;
-            let spare = if s.renews { SLICE_SPARE_US } else { 0 };
-            let life = g.lifetime_us.saturating_sub(drift + spare);
-            let current = ask.generation == self.counts.generation.load(Ordering::Relaxed);
-            // A lease granted to a call started before a reload is reported, not spent.
-            s.deadline_us = if life > 0 && current {
-                sent_us + life
-            } else {
-                0
-            };
+            self.keep(&mut s, sent_us, got_us, ask, &g);
         }
         let want = ask.want / UNIT;
         // Saturated: Redis had less than asked, and not enough left for another such
@@ -410,6 +386,37 @@ impl<H> LeasedKey<H> {
         s.paced_until = if s.saturated && g.rate == 0 && ask.pace_us > 0 {
             let wait = reported.wait_ms.saturating_mul(1000);
             sent_us + wait.clamp(PACE_US, LIFETIME_US)
+        } else {
+            0
+        };
+    }
+
+    /// Keeps grant `g`, answered at `got_us` to the call started at `sent_us` with `ask`,
+    /// as the key's lease: its units, cap and rate, and its deadline on our clock (none
+    /// for a grant to a call started before a reload: reported, not spent).
+    fn keep(&self, s: &mut State, sent_us: u64, got_us: u64, ask: &Request, g: &Granted) {
+        self.counts.granted(g.units / UNIT);
+        if s.grant != 0 {
+            // Not possible with one call at a time; the older grant lapses in Redis.
+            self.counts.ended(s.units / UNIT, 0);
+        }
+        s.units = g.units;
+        s.grant = g.grant;
+        s.cap = g.cap.max(g.units);
+        s.rate = g.rate;
+        s.accrued_at = got_us.max(sent_us);
+        // The drift margin of the lifetime granted (DRIFT_MARGIN_US for LIFETIME_US).
+        let drift = 1000 + g.lifetime_us / 1000;
+        // A slice that lives the lifetime asked (a bucket's) is renewed before its end;
+        // one cut short by its window's end is not (the next window's is taken when
+        // it ends: renewing it would only bring the same share again).
+        s.renews = g.rate > 0 && g.lifetime_us >= ask.lifetime_us;
+        let spare = if s.renews { SLICE_SPARE_US } else { 0 };
+        let life = g.lifetime_us.saturating_sub(drift + spare);
+        let current = ask.generation == self.counts.generation.load(Ordering::Relaxed);
+        // A lease granted to a call started before a reload is reported, not spent.
+        s.deadline_us = if life > 0 && current {
+            sent_us + life
         } else {
             0
         };

@@ -12,7 +12,7 @@
 //!   that error and takes nothing, even from its key taken before the error; the groups
 //!   after it are decided.
 
-use crate::cluster_batch_all::{expected, ints, item};
+use crate::cluster_batch_all::{alone, batch_eval, expected, item};
 use crate::common;
 use crate::reference;
 use crate::twins::model_of;
@@ -20,37 +20,6 @@ use crate::twins::model_of;
 use common::*;
 use ratelimitd::algorithm::{leaky_bucket, token_bucket, Params, WindowParams};
 use reference::Model;
-
-/// EVAL of the standalone all-or-nothing batch script: `groups` of (keys, items).
-fn batch(addr: &str, groups: &[(Vec<String>, Vec<Vec<String>>)]) -> Vec<Result<Vec<i64>, String>> {
-    let script = ratelimitd::store::multi::all_batch_lua(false);
-    let keys: Vec<&str> = groups
-        .iter()
-        .flat_map(|(k, _)| k.iter().map(String::as_str))
-        .collect();
-    let count = keys.len().to_string();
-    let mut cmd: Vec<&str> = vec!["EVAL", &script, &count];
-    cmd.extend(keys.iter().copied());
-    let sizes: Vec<String> = groups.iter().map(|(k, _)| k.len().to_string()).collect();
-    for ((_, items), size) in groups.iter().zip(&sizes) {
-        cmd.push(size);
-        cmd.extend(items.iter().flatten().map(String::as_str));
-    }
-    match redis_command(addr, &cmd).expect("EVAL all-or-nothing batch") {
-        Resp::Array(Some(replies)) => replies.into_iter().map(ints).collect(),
-        other => panic!("expected an array of replies, got {other:?}"),
-    }
-}
-
-/// EVAL of the all-or-nothing script of one group.
-fn alone(addr: &str, keys: &[String], items: &[Vec<String>]) -> Result<Vec<i64>, String> {
-    let script = ratelimitd::store::multi::all_lua();
-    let n = keys.len().to_string();
-    let mut cmd: Vec<&str> = vec!["EVAL", &script, &n];
-    cmd.extend(keys.iter().map(String::as_str));
-    cmd.extend(items.iter().flatten().map(String::as_str));
-    ints(redis_command(addr, &cmd).expect("EVAL all-or-nothing"))
-}
 
 #[test]
 fn groups_of_one_two_and_three_keys_are_decided_as_alone_and_as_the_model() {
@@ -107,7 +76,7 @@ fn groups_of_one_two_and_three_keys_are_decided_as_alone_and_as_the_model() {
         let groups: Vec<(Vec<String>, Vec<Vec<String>>)> = (0..shapes.len())
             .map(|g| (keys_of("b", g), items(g)))
             .collect();
-        let replies = batch(&addr, &groups);
+        let replies = batch_eval(&addr, &groups, false);
         assert_eq!(replies.len(), shapes.len());
         for (g, reply) in replies.into_iter().enumerate() {
             let want = expected(&mut models[g], &costs[g], now);
@@ -159,7 +128,7 @@ fn a_group_whose_key_fails_takes_nothing_and_the_others_are_decided() {
         ),
         (vec![after.clone()], vec![item(&tb, 3, now)]),
     ];
-    let replies = batch(&addr, &groups);
+    let replies = batch_eval(&addr, &groups, false);
     assert!(
         replies[0]
             .as_ref()

@@ -42,15 +42,24 @@ pub(crate) fn ints(r: Resp) -> Result<Vec<i64>, String> {
     }
 }
 
-/// EVAL of the cluster all-or-nothing batch script on `addr`: `groups` of (keys, items).
-fn batch(addr: &str, groups: &[(Vec<String>, Vec<Vec<String>>)]) -> Vec<Result<Vec<i64>, String>> {
-    let script = ratelimitd::store::multi::all_batch_lua(true);
+/// EVAL of the all-or-nothing batch script on `addr`: `groups` of (keys, items); the
+/// cluster's form (one routing key, the keys in ARGV) when `cluster`, else standalone's.
+pub(crate) fn batch_eval(
+    addr: &str,
+    groups: &[(Vec<String>, Vec<Vec<String>>)],
+    cluster: bool,
+) -> Vec<Result<Vec<i64>, String>> {
+    let script = ratelimitd::store::multi::all_batch_lua(cluster);
     let keys: Vec<&str> = groups
         .iter()
         .flat_map(|(k, _)| k.iter().map(String::as_str))
         .collect();
     let count = keys.len().to_string();
-    let mut cmd: Vec<&str> = vec!["EVAL", &script, "1", keys[0], &count];
+    let mut cmd: Vec<&str> = if cluster {
+        vec!["EVAL", &script, "1", keys[0], &count]
+    } else {
+        vec!["EVAL", &script, &count]
+    };
     cmd.extend(keys.iter().copied());
     let sizes: Vec<String> = groups.iter().map(|(k, _)| k.len().to_string()).collect();
     for ((_, items), size) in groups.iter().zip(&sizes) {
@@ -64,7 +73,11 @@ fn batch(addr: &str, groups: &[(Vec<String>, Vec<Vec<String>>)]) -> Vec<Result<V
 }
 
 /// EVAL of the all-or-nothing script of one group on `addr`.
-fn alone(addr: &str, keys: &[String], items: &[Vec<String>]) -> Result<Vec<i64>, String> {
+pub(crate) fn alone(
+    addr: &str,
+    keys: &[String],
+    items: &[Vec<String>],
+) -> Result<Vec<i64>, String> {
     let script = ratelimitd::store::multi::all_lua();
     let n = keys.len().to_string();
     let mut cmd: Vec<&str> = vec!["EVAL", &script, &n];
@@ -149,7 +162,7 @@ fn a_batch_of_groups_decides_each_group_as_alone() {
                 vec![item(&shapes[0], 1, now), item(&shapes[0], 1, now)],
             ),
         );
-        let replies = batch(home, &groups);
+        let replies = batch_eval(home, &groups, true);
         assert_eq!(replies.len(), GROUPS + 1);
         let refused = replies[1]
             .as_ref()
