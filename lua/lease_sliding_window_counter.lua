@@ -74,7 +74,11 @@ end
 write_shares(shares, start)
 -- The live slices' accrual so far, in whole units (rounded up), for what is reported.
 local counted = current + math.ceil(acc)
-local reset = counter_reset(window, start, counted, previous)
+-- A live slice still adds to this window's count, which the next window weighs: the
+-- key must outlive this window even while its count and accrual so far are 0 (a slice
+-- granted at the window's start with no lump), or it would expire with that accrual.
+local live = promised + rate > 0 and math.max(counted, 1) or counted
+local reset = counter_reset(window, start, live, previous)
 -- Written when the counts changed; otherwise, as the plain script, only to lengthen
 -- the key's life. A key without leases is decided and stored exactly as
 -- sliding_window_counter.lua does (tests/twins.rs).

@@ -34,21 +34,20 @@ fn side_key(key: &StoreKey) -> String {
     format!("{}:ov", key.as_str())
 }
 
-/// The arguments of an `EVAL` of `script` on `key`: the script, 2, the state key, the
-/// side key, then "1" when the override lives in the state hash, else "0".
-fn eval_args(script: &'static str, key: &StoreKey) -> Vec<Value> {
-    vec![
-        Value::from(script),
-        Value::Integer(2),
-        Value::from(key.as_str().to_owned()),
-        Value::from(side_key(key)),
-        Value::from(if in_hash(key) { "1" } else { "0" }),
-    ]
+/// The arguments of an `EVAL` of `script`: the script, the number of `keys`, `keys`,
+/// then "1" when `key`'s override lives in its state hash, else "0". A script names only
+/// the keys it touches: while a slot migrates, Redis Cluster answers `TRYAGAIN` to a
+/// call naming two keys of which only one has moved.
+fn eval_args(script: &'static str, key: &StoreKey, keys: Vec<String>) -> Vec<Value> {
+    let mut args = vec![Value::from(script), Value::Integer(keys.len() as i64)];
+    args.extend(keys.into_iter().map(Value::from));
+    args.push(Value::from(if in_hash(key) { "1" } else { "0" }));
+    args
 }
 
 /// The `EVAL` arguments of [`WRITE`]: the override `tier` written, or cleared (`None`).
 pub(super) fn write_args(key: &StoreKey, tier: Option<TierRecord>) -> Vec<Value> {
-    let mut args = eval_args(WRITE, key);
+    let mut args = eval_args(WRITE, key, vec![key.as_str().to_owned(), side_key(key)]);
     if let Some(t) = tier {
         let [a, b] = t.args;
         args.extend([
@@ -64,14 +63,20 @@ pub(super) fn write_args(key: &StoreKey, tier: Option<TierRecord>) -> Vec<Value>
     args
 }
 
-/// The `EVAL` arguments of [`READ`].
+/// The `EVAL` arguments of [`READ`]: the state hash, or the side hash of a key whose
+/// override lives there.
 pub(super) fn read_args(key: &StoreKey) -> Vec<Value> {
-    eval_args(READ, key)
+    let read = if in_hash(key) {
+        key.as_str().to_owned()
+    } else {
+        side_key(key)
+    };
+    eval_args(READ, key, vec![read])
 }
 
 /// The `EVAL` arguments of [`RESET`].
 pub(super) fn reset_args(key: &StoreKey) -> Vec<Value> {
-    eval_args(RESET, key)
+    eval_args(RESET, key, vec![key.as_str().to_owned()])
 }
 
 /// Replaces the override of `KEYS[1]` (state) / `KEYS[2]` (side hash) with `ARGV[2..8]` (a,
@@ -120,9 +125,9 @@ local need = math.max(ttl + 1, redis.call('PTTL', KEYS[1]), state_ms() or 0)\n\
 redis.call('PEXPIRE', KEYS[1], string.format('%d', need))\n\
 return 1";
 
-/// The override of `KEYS[1]` / `KEYS[2]` (`ARGV[1]` as for [`WRITE`]) as `{text, ms left}`
-/// (-1: no end), or nil without one in force (an override of the state hash past its
-/// end is none).
+/// The override in `KEYS[1]`, the state hash (`ARGV[1]` "1", as for [`WRITE`]) or the
+/// side hash, as `{text, ms left}` (-1: no end), or nil without one in force (an
+/// override of the state hash past its end is none).
 const READ: &str = "if ARGV[1] == '1' then\n\
   local o = redis.call('HMGET', KEYS[1], 'op', 'ov')\n\
   if not (o[1] and o[2]) then return false end\n\
@@ -133,9 +138,9 @@ const READ: &str = "if ARGV[1] == '1' then\n\
   if left <= 0 then return false end\n\
   return {o[1], math.ceil(left / 1000)}\n\
 end\n\
-local p = redis.call('HGET', KEYS[2], 'p')\n\
+local p = redis.call('HGET', KEYS[1], 'p')\n\
 if not p then return false end\n\
-return {p, redis.call('PTTL', KEYS[2])}";
+return {p, redis.call('PTTL', KEYS[1])}";
 
 /// `RESET` of `KEYS[1]`: its state and any leases recorded in it deleted; an override in
 /// it (`ARGV[1]` "1", as for [`WRITE`]) still in force is written back, with the TTL of
