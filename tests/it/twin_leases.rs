@@ -240,3 +240,36 @@ fn saturated_holders_use_each_window_in_equal_shares() {
     }
     assert!(calls * 10 <= admitted, "{calls} calls for {admitted}");
 }
+
+/// A window slice granted at a window's start with no lump (the previous window full:
+/// nothing has come back yet) still adds to the window's count as it accrues, and the
+/// next window weighs that count: the key outlives the window after this one, though
+/// its count and accrual are 0 when the slice is granted.
+#[test]
+fn a_slice_with_no_lump_keeps_the_key_past_the_next_window() {
+    let (limit, window) = (600u64, 2_000_000u64);
+    let mut key = Key::new(limit, window, 1);
+    // Aligned to the epoch: the previous window starts at t0, this one at t0 + window.
+    let t0 = 1_790_000_000_000_000u64 / window * window;
+    assert!(
+        key.call(0, t0 + 1_000, limit, 0, 0),
+        "the previous window filled"
+    );
+    let at = t0 + window + 1_000;
+    assert!(
+        !key.call(0, at, 1, 300, 200_000),
+        "nothing has come back yet"
+    );
+    let slice = &key.holders[0];
+    assert!(
+        slice.grant > 0 && slice.units == 0 && slice.rate > 0,
+        "{slice:?}"
+    );
+    let ttl = match redis_command(&redis().addr(), &["PTTL", &key.name]).expect("PTTL") {
+        Resp::Int(ms) => ms,
+        other => panic!("PTTL: {other:?}"),
+    };
+    // The rest of this window, then the next one (which weighs this window's count).
+    let needed_ms = ((t0 + 3 * window - at) / 1000) as i64;
+    assert!(ttl >= needed_ms, "PTTL {ttl} ms, needs {needed_ms}");
+}
