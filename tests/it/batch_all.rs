@@ -12,7 +12,7 @@
 //!   that error and takes nothing, even from its key taken before the error; the groups
 //!   after it are decided.
 
-use crate::cluster_batch_all::{alone, batch_eval, expected, item};
+use crate::cluster_batch_all::{alone, assert_group, batch_eval, expected, item};
 use crate::common;
 use crate::reference;
 use crate::twins::model_of;
@@ -85,18 +85,7 @@ fn groups_of_one_two_and_three_keys_are_decided_as_alone_and_as_the_model() {
                 Some(k) => denied_at[g][k] += 1,
             }
             let lone = alone(&addr, &keys_of("a", g), &items(g));
-            assert_eq!(
-                lone,
-                Ok(want.clone()),
-                "alone: group {g}, step {step}, costs {:?}",
-                costs[g]
-            );
-            assert_eq!(
-                reply,
-                Ok(want),
-                "batched: group {g}, step {step}, costs {:?}",
-                costs[g]
-            );
+            assert_group(lone, reply, want, (g, step, &costs[g]));
         }
     }
     // Both sides, and a DENY at every position of every group, were exercised.

@@ -72,6 +72,26 @@ pub(crate) fn batch_eval(
     }
 }
 
+/// Asserts that group `g` of a batch at `step` (its `costs`) got `want` both alone
+/// (`lone`) and batched (`reply`).
+pub(crate) fn assert_group(
+    lone: Result<Vec<i64>, String>,
+    reply: Result<Vec<i64>, String>,
+    want: Vec<i64>,
+    (g, step, costs): (usize, usize, &[u64]),
+) {
+    assert_eq!(
+        lone,
+        Ok(want.clone()),
+        "alone: group {g}, step {step}, costs {costs:?}"
+    );
+    assert_eq!(
+        reply,
+        Ok(want),
+        "batched: group {g}, step {step}, costs {costs:?}"
+    );
+}
+
 /// EVAL of the all-or-nothing script of one group on `addr`.
 pub(crate) fn alone(
     addr: &str,
@@ -182,18 +202,7 @@ fn a_batch_of_groups_decides_each_group_as_alone() {
                 denied += 1;
             }
             let lone = alone(home, &a[g], &items(g));
-            assert_eq!(
-                lone,
-                Ok(want.clone()),
-                "alone: group {g}, step {step}, costs {:?}",
-                costs[g]
-            );
-            assert_eq!(
-                reply,
-                Ok(want),
-                "batched: group {g}, step {step}, costs {:?}",
-                costs[g]
-            );
+            assert_group(lone, reply, want, (g, step, &costs[g]));
         }
     }
     // Both sides were exercised.
