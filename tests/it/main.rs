@@ -56,6 +56,7 @@ mod socket;
 mod standalone;
 mod state;
 mod systemd;
+mod twin_lease_overrides;
 mod twin_leases;
 mod twin_slots;
 mod twins;
