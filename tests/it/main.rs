@@ -41,6 +41,7 @@ mod metrics;
 mod module_graph;
 mod operator;
 mod override_in_state;
+mod override_leased;
 mod override_migration;
 mod overrides;
 mod permissions;
