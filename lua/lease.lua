@@ -44,7 +44,15 @@
 --          grant, due} (due: 0, or the caller's clock, µs, from when it could end a lease
 --          it is the witness of: lapsed(); algorithm units; the holder's deadline is its own clock when it sent
 --          the call + lifetime, so it ends before Redis's; the units given back are what
---          the named grant returned to the budget, the rest of its unspent units lapsed).
+--          the named grant returned to the budget, the rest of its unspent units lapsed),
+--          then, under a run-time override, its limit and rate or window halves
+--          (leased(): prelude.lua tiered()'s three, as fields 13 to 15).
+--
+-- Under a run-time override (prelude.lua override()) the request is decided with the
+-- override's parameters in place of ARGV[1], ARGV[2], as the plain script does, and no
+-- lease is granted: the call asks for nothing, whatever ARGV[8] and ARGV[10] say. The
+-- leases already out are settled as always (lapses, the caller's give-back), and keep
+-- counting against the overridden capacity or limit until they end.
 local holder = ARGV[5]
 local given_back = tonumber(ARGV[6])
 local unspent = tonumber(ARGV[7])
@@ -54,6 +62,10 @@ local pace = tonumber(ARGV[10])
 local mono = tonumber(ARGV[11] or '')
 local seen = tonumber(ARGV[12] or '') or 0
 local seen_at = tonumber(ARGV[13] or '') or mono
+-- The call ends the caller's own lease: it gives one back or asks (settle_leases()).
+-- Fixed before an override sets `want` to 0 (read_state()): a call that asked still
+-- ends a stored lease of the caller it never read.
+local ends_own = given_back ~= 0 or want > 0
 -- The earliest instant (the caller's clock, µs) at which the caller, a lease's witness,
 -- could end it (0: none); returned, so that it calls then.
 local due = 0
@@ -90,11 +102,14 @@ local function read_state(key)
     end
   end
   -- A run-time override in the hash (prelude.lua override()) is not state: its fields
-  -- (ov, op) are only read here, so that store() keeps the key as long as it lives.
-  -- A leased rule takes no override (OVERRIDE refuses it) and these scripts apply
-  -- none; one written before a reload gave the rule leases is kept all the same.
-  override({}, fields.ov)
-  tier = nil
+  -- (ov, op) are read here, its parameters put in place of ARGV[1], ARGV[2] (each
+  -- lease script reads them after this), store() keeps the key as long as it lives,
+  -- and while it is in force nothing is granted (`want` = 0: no lease, no slice, no
+  -- ask recorded). A daemon told so by the reply decides the key per request.
+  override(ARGV, fields.ov)
+  if tier then
+    want, pace = 0, 0
+  end
   for h, w in pairs(lives) do
     if leases[h] and leases[h][3] == w[1] and w[2] then
       leases[h].w = w
@@ -170,9 +185,8 @@ local function settle_leases(key, leases, t)
   local gone = {}
   -- A call that neither gives back nor asks (a cold key's decision) leaves its
   -- caller's lease alone: the holder may still be spending it.
-  local mine = given_back ~= 0 or want > 0
   for h, l in pairs(leases) do
-    if h == holder and mine then
+    if h == holder and ends_own then
       if l[3] == given_back and (l.w or l[2] > t) then
         back = math.min(unspent, l[4])
       end
@@ -263,4 +277,14 @@ end
 -- lapses only once a witness has counted that (lapsed()).
 local function record_life(key, g, life)
   redis.call('HSET', key, 'w:' .. holder, digits(g) .. ' ' .. digits(life))
+end
+
+-- A lease script's reply `reply` (its twelve fields), with the run-time override in
+-- force (prelude.lua override()) as fields 13 to 15, as tiered() adds them to a plain
+-- decision's four: the daemon states the override's limit, and stops leasing the key.
+local function leased(reply)
+  if tier then
+    reply[13], reply[14], reply[15] = tier[1], tier[2], tier[3]
+  end
+  return reply
 end

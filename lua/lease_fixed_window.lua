@@ -7,17 +7,19 @@
 --          grant given back, unspent units, wanted units, lifetime µs, pace µs)
 -- Returns  {allowed, remaining, reset_ms, wait_ms, granted units, lifetime µs, grant,
 --          units given back, 0, 0, the key's last grant, due} (a window's lease is
---          never a slice)
+--          never a slice), then a run-time override's three fields (lease.lua leased())
 --
 -- A lease's units are counted in the window when granted (c += granted) and its
 -- deadline is at most the window's end, so every unit spent from it is spent inside the
 -- window that counted it: the window's count never admits more than `limit`. Unspent
 -- units given back before the deadline are taken off the count (the window is still the
 -- same one, since the deadline is within it); lapsed ones stay counted.
+-- Read first: under a run-time override, read_state() puts its limit and window in
+-- ARGV[1], ARGV[2].
+local fields, leases, asks = read_state(KEYS[1])
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
-local fields, leases, asks = read_state(KEYS[1])
 local st_start, st_count = tonumber(fields.w), tonumber(fields.c)
 local st_n = tonumber(fields.n)
 if st_start and st_count then
@@ -63,5 +65,5 @@ if not allowed then
     wait = ceil_ms(to_end)
   end
 end
-return {allowed and 1 or 0, math.max(math.floor(limit - count), 0), reset, wait, granted,
-  granted > 0 and life or 0, grant, back, 0, 0, grant > 0 and grant or st_n or 0, due}
+return leased({allowed and 1 or 0, math.max(math.floor(limit - count), 0), reset, wait, granted,
+  granted > 0 and life or 0, grant, back, 0, 0, grant > 0 and grant or st_n or 0, due})

@@ -10,7 +10,8 @@
 --          µs)
 -- Returns  {allowed, remaining, reset_ms, wait_ms, granted units, lifetime µs, grant,
 --          units given back, a slice's cap (units) and rate (µ-units/s; 0, 0: a lump
---          lease), the key's last grant, due}
+--          lease), the key's last grant, due}, then a run-time override's three fields
+--          (lua/lease.lua leased())
 --
 -- A lease's units are counted in the current window when granted, with the estimate
 -- then (p × remaining weight + c) plus the grant at most `limit`; its deadline is at most
@@ -21,10 +22,12 @@
 -- in the estimate at every instant, and the slices' rates together are at most the rate
 -- at which the previous window's weight falls, so that estimate never rises after a
 -- grant (or a decision) checked it.
+-- Read first: under a run-time override, read_state() puts its limit and window in
+-- ARGV[1], ARGV[2].
+local fields, leases, asks = read_state(KEYS[1])
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
-local fields, leases, asks = read_state(KEYS[1])
 local shares = read_shares(fields)
 local st_start, st_current, st_previous = tonumber(fields.w), tonumber(fields.c), tonumber(fields.p)
 local st_n = tonumber(fields.n)
@@ -89,5 +92,5 @@ if not allowed then
   -- As sliding_window_counter.lua, from the counts after the grant.
   wait = counter_wait(limit, window, cost, reset, start, counted, previous)
 end
-return {allowed and 1 or 0, math.max(math.floor(limit - estimate(current, previous, elapsed, window) - acc), 0),
-  reset, wait, granted, grant > 0 and life or 0, grant, back, cap, rate, grant > 0 and grant or st_n or 0, due}
+return leased({allowed and 1 or 0, math.max(math.floor(limit - estimate(current, previous, elapsed, window) - acc), 0),
+  reset, wait, granted, grant > 0 and life or 0, grant, back, cap, rate, grant > 0 and grant or st_n or 0, due})

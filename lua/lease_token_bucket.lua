@@ -10,7 +10,8 @@
 --          µ-tokens, lifetime µs, pace µs)
 -- Returns  {allowed, remaining tokens, reset_ms, wait_ms, granted µ-tokens, lifetime µs,
 --          grant, µ-tokens given back, slice cap µ-tokens, slice rate µ-tokens/s, the
---          key's last grant, due (lua/lease.lua)}
+--          key's last grant, due (lua/lease.lua)}, then a run-time override's three
+--          fields (lua/lease.lua leased())
 --
 -- A lease takes `cap` of the capacity out of the bucket (a lump lease: cap = its units)
 -- and, a slice, `rate` of the refill: the holder refills a bucket of its own of `cap` at
@@ -23,11 +24,13 @@
 -- The bucket plus every holder's units therefore never hold more, nor refill faster,
 -- than one client's bucket deciding every request in Redis: nothing is over-admitted
 -- (docs/DESIGN.md gives the argument).
+-- Read first: under a run-time override, read_state() puts its capacity and rate in
+-- ARGV[1], ARGV[2].
+local fields, leases, asks = read_state(KEYS[1])
 local cap = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 local UNIT = 1000000
-local fields, leases, asks = read_state(KEYS[1])
 local st_tokens, st_ts = tonumber(fields.t), tonumber(fields.ts)
 local st_n = tonumber(fields.n)
 if st_tokens and st_ts then
@@ -52,7 +55,10 @@ if level < 0 then
   level = 0
 end
 local back, out, latest, ended = settle_leases(KEYS[1], leases, now)
-local room = cap - out
+-- At least 0: leases taken under a larger capacity (before an override or a reload
+-- lowered it) may hold more than the capacity now; the bucket then holds nothing and
+-- refills nothing until enough of them have ended.
+local room = math.max(cap - out, 0)
 local tokens = math.min(level + back, room)
 
 local allowed = tokens >= cost
@@ -145,5 +151,5 @@ if out > 0 then
   keep = math.max(keep, ceil_ms(latest - now) + ceil_ms((cap - tokens) / rate), LEASED_KEEP_MS)
 end
 store(write, tonumber(fields.x), keep, 't', tokens, 'ts', now)
-return {allowed and 1 or 0, math.floor(tokens / UNIT), reset, wait, granted,
-  grant > 0 and lifetime or 0, grant, back, slice_cap, slice_rate, grant > 0 and grant or st_n or 0, due}
+return leased({allowed and 1 or 0, math.floor(tokens / UNIT), reset, wait, granted,
+  grant > 0 and lifetime or 0, grant, back, slice_cap, slice_rate, grant > 0 and grant or st_n or 0, due})

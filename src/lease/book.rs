@@ -145,6 +145,15 @@ impl<H> Book<H> {
         }
     }
 
+    /// A run-time override set (`on`) or cleared on `key` by this daemon at `at` (our
+    /// clock, µs): [`LeasedKey::told`] of its entry, if the book has one.
+    pub fn told(&self, key: KeyHash, on: bool, at: u64) {
+        let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = keys.get(&key) {
+            k.told(on, at);
+        }
+    }
+
     /// The grants `key`'s entry holds and their unspent units (for operators:
     /// `INSPECT`); `(0, 0)` for a key not in the book.
     pub fn held_by(&self, key: KeyHash) -> (u64, u64) {

@@ -24,7 +24,11 @@
 //!   gives room back at, accrued the same way until the window's end (not renewed: the
 //!   next window's is taken then). A host that gets nothing asks again when Redis's
 //!   `wait_ms` says (at least [`PACE_US`], at most [`LIFETIME_US`]), answering DENY from
-//!   the lease meanwhile.
+//!   the lease meanwhile;
+//! * **overridden** (a reply said Redis decided the key under a run-time override, and
+//!   so granted nothing): every `CHECK` is one script call, as a cold key's, neither
+//!   paid from a lease nor paced, until a reply without the override; the lease held
+//!   is given back at once.
 //!
 //! A lease is spent only before its deadline: this host's [`crate::clock::boottime_us`] when it
 //! *sent* the call, plus the lifetime Redis granted, minus [`DRIFT_MARGIN_US`]. Redis's
@@ -43,6 +47,7 @@
 //! units of the grant a call names; any other grant lapses as spent.
 
 mod book;
+mod granted;
 mod state;
 
 pub use book::{new_holder_id, Book, Sizes};
@@ -176,6 +181,9 @@ pub struct Reported {
     pub reset_ms: u64,
     /// On DENY, ms until the request could pass in Redis (0 on ALLOW).
     pub wait_ms: u64,
+    /// Redis decided under a run-time override (`OVERRIDE`) and granted nothing: the key
+    /// is decided per request while it lasts.
+    pub overridden: bool,
 }
 
 /// What a request gets from the key's lease state before any call.
@@ -246,6 +254,11 @@ impl<H> LeasedKey<H> {
         if first {
             s.count(cost, now);
         }
+        // Under a run-time override Redis grants nothing: every request asks it, as a
+        // cold key's does, neither paid from a lease nor paced.
+        if s.overridden {
+            return Local::Call { hot: false };
+        }
         let need = cost.saturating_mul(UNIT);
         if s.holds(now) {
             s.accrue(now);
@@ -313,6 +326,10 @@ impl<H> LeasedKey<H> {
             return (ask, flight);
         }
         (ask.given_back, ask.unspent) = s.report(now);
+        if s.overridden {
+            // Redis would grant nothing: the lease is given back, nothing asked.
+            return (ask, flight);
+        }
         let span = if s.saturated { PACE_US } else { TAKE_US };
         let want = ((s.rate() * span as f64 / 1e6).ceil() as u64)
             .max(cost)
@@ -327,99 +344,6 @@ impl<H> LeasedKey<H> {
         }
         ask.generation = self.counts.generation.load(Ordering::Relaxed);
         (ask, flight)
-    }
-
-    /// The call started at `sent_us` (our clock) with `ask` was answered at `got_us`:
-    /// the grant it named has ended in Redis; keep its new lease (a slice refills from
-    /// `got_us`, when Redis had already taken it), with what Redis `reported`.
-    pub fn granted(
-        &self,
-        sent_us: u64,
-        got_us: u64,
-        ask: &Request,
-        g: Granted,
-        reported: Reported,
-    ) {
-        let mut s = self.state();
-        s.remaining = reported.remaining;
-        s.reset_ms = reported.reset_ms;
-        if g.last_grant > s.seen {
-            (s.seen, s.seen_at) = (g.last_grant, got_us);
-        }
-        // Called again WITNESS_GRACE_US after it is due, unless a call of its own
-        // comes first (at least PACE_US on: a lease not ended then, its deadline on
-        // Redis's clock not passed, is looked at again that much later).
-        s.witness_due = match g.witness_due {
-            0 => 0,
-            due if due + WITNESS_GRACE_US > got_us => due + WITNESS_GRACE_US,
-            _ => got_us + PACE_US,
-        };
-        if ask.want == 0 && ask.given_back == 0 {
-            return;
-        }
-        // A window's slice given back with nothing asked (the sweep, its window over):
-        // the key stays saturated, so that its next call asks for a slice again rather
-        // than a lump of what other holders are due.
-        let window_slice = s.rate > 0 && !s.renews;
-        if ask.given_back != 0 && s.grant == ask.given_back {
-            self.counts.ended(ask.unspent / UNIT, g.returned / UNIT);
-            s.grant = 0;
-            s.units = 0;
-            s.deadline_us = 0;
-            (s.cap, s.rate) = (0, 0);
-        }
-        if g.grant != 0 && (g.units > 0 || g.rate > 0) {
-            self.keep(&mut s, sent_us, got_us, ask, &g);
-        }
-        let want = ask.want / UNIT;
-        // Saturated: Redis had less than asked, and not enough left for another such
-        // lease (a slice keeps the key saturated: its next lease is a slice too). Without
-        // a lease, the next call waits for what Redis said (a window's end, the leases
-        // that fill a bucket ending), at least PACE_US, at most a lifetime.
-        s.saturated = if ask.want == 0 && window_slice {
-            s.saturated
-        } else {
-            ask.want > 0 && (g.rate > 0 || (g.units / UNIT < want && reported.remaining < want))
-        };
-        // The call that finds a key saturated was not asking for a slice: the next one,
-        // at once, does.
-        s.paced_until = if s.saturated && g.rate == 0 && ask.pace_us > 0 {
-            let wait = reported.wait_ms.saturating_mul(1000);
-            sent_us + wait.clamp(PACE_US, LIFETIME_US)
-        } else {
-            0
-        };
-    }
-
-    /// Keeps grant `g`, answered at `got_us` to the call started at `sent_us` with `ask`,
-    /// as the key's lease: its units, cap and rate, and its deadline on our clock (none
-    /// for a grant to a call started before a reload: reported, not spent).
-    fn keep(&self, s: &mut State, sent_us: u64, got_us: u64, ask: &Request, g: &Granted) {
-        self.counts.granted(g.units / UNIT);
-        if s.grant != 0 {
-            // Not possible with one call at a time; the older grant lapses in Redis.
-            self.counts.ended(s.units / UNIT, 0);
-        }
-        s.units = g.units;
-        s.grant = g.grant;
-        s.cap = g.cap.max(g.units);
-        s.rate = g.rate;
-        s.accrued_at = got_us.max(sent_us);
-        // The drift margin of the lifetime granted (DRIFT_MARGIN_US for LIFETIME_US).
-        let drift = 1000 + g.lifetime_us / 1000;
-        // A slice that lives the lifetime asked (a bucket's) is renewed before its end;
-        // one cut short by its window's end is not (the next window's is taken when
-        // it ends: renewing it would only bring the same share again).
-        s.renews = g.rate > 0 && g.lifetime_us >= ask.lifetime_us;
-        let spare = if s.renews { SLICE_SPARE_US } else { 0 };
-        let life = g.lifetime_us.saturating_sub(drift + spare);
-        let current = ask.generation == self.counts.generation.load(Ordering::Relaxed);
-        // A lease granted to a call started before a reload is reported, not spent.
-        s.deadline_us = if life > 0 && current {
-            sent_us + life
-        } else {
-            0
-        };
     }
 
     /// For the sweep: `Some(ask)` (the lease given back, nothing wanted) when the key
@@ -486,3 +410,5 @@ impl<H> LeasedKey<H> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_override;

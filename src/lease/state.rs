@@ -41,6 +41,11 @@ pub(super) struct State {
     pub(super) seen_at: u64,
     /// 0, or when (our clock, µs) this host, another lease's witness, calls the key.
     pub(super) witness_due: u64,
+    /// Under a run-time override, as last told: decided per request, no lease.
+    pub(super) overridden: bool,
+    /// When the call (or `OVERRIDE`) that last told `overridden` was sent (our clock,
+    /// µs): an answer to a call sent earlier does not undo it.
+    pub(super) told_at: u64,
 }
 
 impl State {
@@ -94,6 +99,26 @@ impl State {
             || self.contended != 0
             || self.in_flight > 0
             || self.grant != 0
+    }
+
+    /// Takes `overridden` from what a call sent at `at` (our clock) was told, unless a
+    /// call sent later told it first.
+    pub(super) fn tell(&mut self, overridden: bool, at: u64) {
+        if at >= self.told_at {
+            (self.overridden, self.told_at) = (overridden, at);
+        }
+    }
+
+    /// Under a run-time override: the lease held is no longer spent (still named, its
+    /// unspent units final, by the sweep's give-back or the next call), and the key is
+    /// neither saturated nor paced, so each request asks Redis.
+    pub(super) fn per_request(&mut self) {
+        self.deadline_us = 0;
+        if self.grant == 0 {
+            self.units = 0;
+        }
+        self.saturated = false;
+        self.paced_until = 0;
     }
 
     /// Stops spending the lease at `now` (its unspent units, a slice's refill until now

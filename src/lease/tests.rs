@@ -25,6 +25,7 @@ fn rep(remaining: u64, reset_ms: u64) -> Reported {
         remaining,
         reset_ms,
         wait_ms: 0,
+        overridden: false,
     }
 }
 
@@ -127,6 +128,7 @@ fn a_saturated_key_asks_for_a_slice_and_is_paced_without_one() {
         remaining: 0,
         reset_ms: 100,
         wait_ms: 700,
+        overridden: false,
     };
     s.granted(t + 2, t + 2, &ask, Granted::default(), none);
     match s.spend(1, t + 3, true) {

@@ -7,6 +7,11 @@
 //! Everything of docs/FAILURES.md holds: a key's primary open or Redis failing, a held lease is still
 //! spent until its deadline, then the rule's `on_redis_failure` decides.
 //!
+//! Calls always send the rule's own parameters: a run-time override (`OVERRIDE`) is
+//! applied by the script that reads it, which then grants nothing and says so. Such a
+//! key is decided per request (as a cold key) until a reply without the override, and
+//! its replies state the override's limit ([`super::tiers::Tiers::resolve`]).
+//!
 //! ```text
 //! CHECK ─ lease holds cost? ──► lease (ALLOW)
 //!        ├ saturated, paced ──► lease (DENY, wait until the next call)
@@ -38,12 +43,15 @@ pub(super) struct Home<S: Store> {
 const SWEEP_EVERY: Duration = Duration::from_millis(50);
 
 impl<S: Store> Limiter<S> {
-    /// Decides `cost` units of `key` (`tag` hashed) under `entry`'s leased rule, at
-    /// `now_us` (the local clock, µs: what the hot keys count by).
+    /// Decides `cost` units of `key` (`tag` hashed) under `base`'s leased rule (the
+    /// rule, or its static per-key override), at `now_us` (the local clock, µs: what the
+    /// hot keys count by). `entry` is the one in force as last seen (a run-time
+    /// override's, else `base`): what Redis is not there to decide is decided under it.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn check_leased(
         self: &Arc<Self>,
         entry: &Arc<ActiveRule>,
+        base: &Arc<ActiveRule>,
         redis: &Arc<S>,
         tag: &str,
         key: u64,
@@ -51,7 +59,7 @@ impl<S: Store> Limiter<S> {
         peer: &Peer,
         now_us: f64,
     ) -> Check {
-        let rule = &entry.rule;
+        let rule = &base.rule;
         // The client's key: the tag is "<rule>:<key>".
         let key_bytes = tag
             .as_bytes()
@@ -68,7 +76,7 @@ impl<S: Store> Limiter<S> {
             None => false,
             Some(slot) => match slot.spend(u64::from(cost), boottime_us(), true) {
                 Local::Call { hot } => hot,
-                local => return self.decided_locally(entry, key, key_bytes, local, now_us),
+                local => return self.decided_locally(base, key, key_bytes, local, now_us),
             },
         };
         let redis_key = slot
@@ -78,14 +86,19 @@ impl<S: Store> Limiter<S> {
             return self.fallback(entry, key, key_bytes, cost, now_us);
         };
         let (this, redis, entry) = (Arc::clone(self), Arc::clone(redis), Arc::clone(entry));
+        let base = Arc::clone(base);
         match slot {
             Some(slot) if hot => {
                 entry.sent(key, key_bytes, now_us);
                 let deadline = tokio::time::Instant::now() + redis.timeout();
                 let peer = peer.clone();
                 Check::Redis(Box::pin(async move {
+                    let rules = Rules {
+                        base: &base,
+                        seen: &entry.rule,
+                    };
                     let d = this
-                        .hot_call(&entry.rule, &redis, route, slot, key, cost, &peer, deadline)
+                        .hot_call(rules, &redis, route, slot, key, cost, &peer, deadline)
                         .await;
                     this.record(&entry, key, d)
                 }))
@@ -96,7 +109,7 @@ impl<S: Store> Limiter<S> {
                 };
                 entry.sent(key, key_bytes, now_us);
                 Check::Redis(Box::pin(async move {
-                    let rule = Arc::clone(&entry.rule);
+                    let rule = Arc::clone(&base.rule);
                     // A key on the per-request path (cold, or the book full): counted in
                     // flight while its call runs, so that it stays in the book.
                     let sent_us = boottime_us();
@@ -115,7 +128,11 @@ impl<S: Store> Limiter<S> {
                         s.granted(sent_us, boottime_us(), &request, *g, reported(o));
                         this.leases.kept(key, s);
                     }
-                    let d = this.answered(&rule, key, cost, &redis_key, answer.map(|(o, _)| o));
+                    let rules = Rules {
+                        base: &base,
+                        seen: &entry.rule,
+                    };
+                    let d = this.answered(rules, key, cost, &redis_key, answer.map(|(o, _)| o));
                     this.record(&entry, key, d)
                 }))
             }
@@ -132,7 +149,7 @@ impl<S: Store> Limiter<S> {
     #[allow(clippy::too_many_arguments)]
     async fn hot_call(
         self: &Arc<Self>,
-        rule: &Arc<Rule>,
+        rules: Rules<'_>,
         redis: &Arc<S>,
         route: S::Route,
         slot: Arc<LeasedKey<Home<S>>>,
@@ -141,6 +158,7 @@ impl<S: Store> Limiter<S> {
         peer: &Peer,
         deadline: tokio::time::Instant,
     ) -> Decision {
+        let (rule, seen) = (&rules.base.rule, rules.seen);
         // Never queued on the lock itself: a queued waiter is handed the lock in turn even
         // if its connection's task stopped polling it. Woken instead when a call ends,
         // each waiter looks at the lease again and tries to take the turn.
@@ -152,7 +170,7 @@ impl<S: Store> Limiter<S> {
                 break turn;
             }
             if tokio::time::timeout_at(deadline, ended).await.is_err() {
-                return decide_here(self, rule, key, cost);
+                return decide_here(self, seen, key, cost);
             }
             // The call before ours may have brought a lease that pays for this one.
             let now = boottime_us();
@@ -164,7 +182,7 @@ impl<S: Store> Limiter<S> {
             return d;
         }
         let Some(in_flight) = peer.call_permit() else {
-            return decide_here(self, rule, key, cost);
+            return decide_here(self, seen, key, cost);
         };
         let sent_us = boottime_us();
         let (request, flight) = slot.begin(
@@ -195,16 +213,18 @@ impl<S: Store> Limiter<S> {
             answer.map(|(o, _)| o)
         });
         match tokio::time::timeout_at(deadline, call).await {
-            Ok(Ok(answer)) => self.answered(rule, key, cost, &redis_key, answer),
-            _ => decide_here(self, rule, key, cost),
+            Ok(Ok(answer)) => self.answered(rules, key, cost, &redis_key, answer),
+            _ => decide_here(self, seen, key, cost),
         }
     }
 
-    /// The decision of a lease call's answer (`Err`: decided here, per
-    /// `on_redis_failure`; the grant the call named is still remembered and named again).
+    /// The decision of a lease call's answer, under the rule Redis decided it with (a
+    /// run-time override's, remembered, or `rules.base`'s); `Err`: decided here under
+    /// `rules.seen`, per `on_redis_failure` (the grant the call named is still
+    /// remembered and named again).
     fn answered(
         &self,
-        rule: &Rule,
+        rules: Rules<'_>,
         key: u64,
         cost: u32,
         redis_key: &S::Key,
@@ -212,6 +232,8 @@ impl<S: Store> Limiter<S> {
     ) -> Decision {
         match answer {
             Ok(o) => {
+                let entry = self.tiers.resolve(rules.base, key, o.tier);
+                let rule = &entry.rule;
                 if rule.on_redis_failure == OnRedisFailure::Local {
                     self.local.observe(key, rule, &o, local_clock_us());
                 }
@@ -222,10 +244,10 @@ impl<S: Store> Limiter<S> {
                     StoreError::Unavailable { kind, .. } => self.redis_calls.failed(kind),
                     _ => {
                         self.redis_calls.failed("key");
-                        self.log_key_error(&rule.name, S::key_text(redis_key), &e);
+                        self.log_key_error(&rules.seen.name, S::key_text(redis_key), &e);
                     }
                 }
-                decide_here(self, rule, key, cost)
+                decide_here(self, rules.seen, key, cost)
             }
         }
     }
@@ -314,6 +336,16 @@ impl<S: Store> Limiter<S> {
     }
 }
 
+/// The rules a leased key's request is decided with: `base`, the rule's own (or its
+/// static per-key override), whose parameters every call sends and whose limit a lease
+/// decision states; `seen`, the one in force as last seen from Redis (a run-time
+/// override's, else `base`'s), for what is decided without Redis.
+#[derive(Clone, Copy)]
+struct Rules<'a> {
+    base: &'a Arc<ActiveRule>,
+    seen: &'a Arc<Rule>,
+}
+
 /// A key's turn to call Redis, held by the task running the call: given up when that
 /// task ends (answered, failed or abandoned), then every request waiting for it is woken.
 struct TurnEnds<S: Store> {
@@ -334,6 +366,7 @@ fn reported(o: &crate::algorithm::Outcome) -> Reported {
         remaining: o.remaining,
         reset_ms: o.reset_ms,
         wait_ms: if o.allowed { 0 } else { o.wait_ms },
+        overridden: o.tier.is_some(),
     }
 }
 

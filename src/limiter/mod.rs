@@ -532,7 +532,7 @@ impl<S: Store> Limiter<S> {
             return Check::Ready(Err(CheckError::KeyTooLong));
         };
         if rule.lease {
-            return self.check_leased(entry, redis, tag, key, cost, peer, clock.now_us());
+            return self.check_leased(entry, base, redis, tag, key, cost, peer, clock.now_us());
         }
         let redis_key = redis.key(tag, &rule.params);
         // Only the primary owning this key's slot matters: keys of healthy primaries

@@ -10,6 +10,12 @@
 //! its replies carry the overridden `limit` and policy window, and so that its local
 //! fallback, when Redis stops answering, decides the key under the override it last
 //! saw.
+//!
+//! A rule with `lease = "auto"` takes one too: its lease scripts decide an overridden
+//! key under the override, grant no lease on it while it lasts, and say so; the daemon
+//! then decides the key per request (`src/lease/granted.rs`). Leases already out end
+//! within their lifetime, so every host honours the override within one lease
+//! lifetime (docs/DESIGN.md "Leases", "Run-time overrides on a leased rule").
 
 use super::{ActiveRule, CheckError, Limiter, Pending};
 use crate::algorithm::{Kind, Tier};
@@ -132,9 +138,14 @@ impl<S: Store> Limiter<S> {
     ///
     /// # Errors
     /// Unknown rule, a key too long, `peer` at its share of requests in flight, or
-    /// [`CheckError::Override`]: a composite, concurrency or leased rule, no Redis
+    /// [`CheckError::Override`]: a composite or concurrency rule, no Redis
     /// (`redis.mode = "none"`), or a bad parameter. The future's `Err` says why Redis
     /// did not take it.
+    ///
+    /// On a leased rule (`lease = "auto"`) this daemon stops spending its lease on the
+    /// key once Redis holds the override (or may lease it again once it is cleared);
+    /// other daemons do at their next call of the key, at the latest when their lease
+    /// runs out.
     pub fn set_override(
         self: &Arc<Self>,
         rule: &[u8],
@@ -153,9 +164,6 @@ impl<S: Store> Limiter<S> {
         }
         if base.params.kind() == Kind::Concurrency {
             return Err(refused(format!("rule '{}' is a concurrency rule: OVERRIDE changes the rate algorithms' parameters (capacity, refill_rate, leak_rate, limit, window), not limit or max_hold of slots", base.name)));
-        }
-        if base.lease {
-            return Err(refused(format!("rule '{}' takes leases (lease = \"auto\"): a leased budget is spread before Redis decides, so OVERRIDE needs lease = \"off\"", base.name)));
         }
         let record = if params.is_empty() {
             None
@@ -197,6 +205,10 @@ impl<S: Store> Limiter<S> {
                 None => (None, None),
             };
             let written = redis.set_tier(route, redis_key, write, slot).await;
+            if written.is_ok() && entry.rule.lease {
+                let on = algorithm.is_some();
+                this.leases.told(hash, on, crate::clock::boottime_us());
+            }
             match algorithm {
                 // Remembered once Redis holds it: the next decision reports it anyway.
                 Some(a) if written.is_ok() => {

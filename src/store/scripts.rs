@@ -301,13 +301,23 @@ fn lease_unit(params: &Params) -> u64 {
 /// units) the units granted now, the lease's lifetime in µs, its grant number, the units
 /// the grant named gave back, a slice's cap and refill (per s), the key's last grant
 /// number and when this host could end a lease it is the witness of (µs, its clock);
-/// in the holder's µ-units.
+/// in the holder's µ-units. Under a run-time override three more (`lua/lease.lua`
+/// leased()): its limit and rate or window halves, as [`outcome`] reads them after a
+/// decision's four, in the outcome's `tier`.
 pub fn lease_reply(params: &Params, reply: &[i64]) -> Result<(Outcome, Granted), Error> {
     let per = lease_unit(params);
     let mu = |v: i64| (v.max(0) as u64).saturating_mul(per);
-    match *reply {
+    let (lease, tier) = match reply.len() {
+        12 => (reply, None),
+        15 => (&reply[..12], Some(&reply[12..])),
+        _ => (reply, None),
+    };
+    match *lease {
         [a, b, c, d, units, lifetime_us, grant, returned, cap, rate, last_grant, due] => Ok((
-            outcome(&[a, b, c, d])?,
+            match tier {
+                Some(&[l, h, o]) => outcome(&[a, b, c, d, l, h, o])?,
+                _ => outcome(&[a, b, c, d])?,
+            },
             Granted {
                 units: mu(units),
                 lifetime_us: lifetime_us.max(0) as u64,
@@ -321,7 +331,7 @@ pub fn lease_reply(params: &Params, reply: &[i64]) -> Result<(Outcome, Granted),
         )),
         _ => Err(Error::new(
             ErrorKind::Parse,
-            format!("lease script returned {reply:?}, expected 12 integers"),
+            format!("lease script returned {reply:?}, expected 12 or 15 integers"),
         )),
     }
 }
@@ -355,6 +365,21 @@ mod tests {
         let tier = o.unwrap().tier.unwrap();
         assert_eq!((tier.limit, tier.per_bits), (7, bits));
         assert!(outcome(&[1, 2, 3, 4, 5]).is_err());
+    }
+
+    #[test]
+    fn a_lease_reply_under_an_override_carries_its_tier_and_no_grant() {
+        let tb = Params::TokenBucket(token_bucket::Params::shared(20, 10.0, 1));
+        let mut reply = vec![1, 4, 300, 0, 0, 0, 0, 2_000_000, 0, 0, 9, 0];
+        let (o, g) = lease_reply(&tb, &reply).unwrap();
+        assert_eq!((o.tier, g.returned, g.last_grant), (None, 2_000_000, 9));
+        let bits = 2.5f64.to_bits();
+        reply.extend([5, (bits >> 32) as i64, (bits & 0xffff_ffff) as i64]);
+        let (o, g) = lease_reply(&tb, &reply).unwrap();
+        let tier = o.tier.unwrap();
+        assert_eq!((tier.limit, tier.per_bits, o.remaining), (5, bits, 4));
+        assert_eq!((g.units, g.grant, g.returned), (0, 0, 2_000_000));
+        assert!(lease_reply(&tb, &reply[..13]).is_err());
     }
 
     #[test]

@@ -31,13 +31,6 @@ name = "both"
 all_of = ["r", "w"]
 
 [[rule]]
-name = "leased"
-algorithm = "token_bucket"
-capacity = 100
-refill_rate = 10.0
-lease = "auto"
-
-[[rule]]
 name = "slots"
 algorithm = "concurrency"
 limit = 2
@@ -161,7 +154,6 @@ fn bad_overrides_are_refused_with_their_reason() {
         ("OVERRIDE r k capacity", "ERR PARAM ", "capacity"),
         ("OVERRIDE nope k capacity=5", "ERR RULE ", "nope"),
         ("OVERRIDE both k limit=1", "ERR PARAM ", "composite"),
-        ("OVERRIDE leased k capacity=5", "ERR PARAM ", "lease"),
         ("OVERRIDE slots k limit=1", "ERR PARAM ", "concurrency"),
         ("OVERRIDE r k", "ERR PROTO ", "OVERRIDE"),
     ] {
