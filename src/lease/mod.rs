@@ -23,8 +23,8 @@
 //!   share of the window so far and its share of the rate the previous window's weight
 //!   gives room back at, accrued the same way until the window's end (not renewed: the
 //!   next window's is taken then). A host that gets nothing asks again when Redis's
-//!   `wait_ms` says (at least [`PACE_US`], at most [`LIFETIME_US`]), answering DENY from
-//!   the lease meanwhile;
+//!   `wait_ms` says, counted from the reply (at least [`PACE_US`] after its call, at
+//!   most [`LIFETIME_US`] after the reply), answering DENY from the lease meanwhile;
 //! * **overridden** (a reply said Redis decided the key under a run-time override, and
 //!   so granted nothing): every `CHECK` is one script call, as a cold key's, neither
 //!   paid from a lease nor paced, until a reply without the override; the lease held
