@@ -19,7 +19,8 @@
 //!   less the margins) while Redis refills the key slower by as much; a request the
 //!   slice cannot pay for yet is a DENY from the lease, without a call, and one finding
 //!   it short within [`SLICE_RENEW_US`] of its deadline renews it. A fixed window grants
-//!   the host's share of the window; a sliding window counter a *window slice*, its due
+//!   what the host is still due of the window (its share, kept back from the other
+//!   hosts' grants until it asks); a sliding window counter a *window slice*, its due
 //!   share of the window so far and its share of the rate the previous window's weight
 //!   gives room back at, accrued the same way until the window's end (not renewed: the
 //!   next window's is taken then). A host that gets nothing asks again when Redis's
