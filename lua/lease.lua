@@ -220,7 +220,8 @@ end
 
 -- The hosts a grant is shared between after settle_leases(): the caller, the other
 -- hosts with a lease, and those that asked within ASK_US. Records the caller's ask
--- (when it wants units) and drops asks that ended.
+-- (when it wants units) and drops asks that ended. Returns their number, and the set
+-- of their holder ids (caller included).
 local function holders(key, leases, asks)
   local seen, n = {[holder] = true}, 1
   for h, _ in pairs(leases) do
@@ -242,7 +243,7 @@ local function holders(key, leases, asks)
   if want > 0 then
     redis.call('HSET', key, 'a:' .. holder, digits(now + ASK_US))
   end
-  return n
+  return n, seen
 end
 
 -- A grant out of `avail` units (whole units of `unit` algorithm units) shared by

@@ -1,8 +1,9 @@
 -- Fixed window with leases (docs/DESIGN.md "Leases"): lua/fixed_window.lua's decision,
--- plus the lease bookkeeping of lua/lease.lua and lua/lease_window.lua (prepended, after
--- prelude.lua, to this file).
+-- plus the lease bookkeeping of lua/lease.lua, lua/lease_window.lua and the shares of
+-- lua/lease_window_share.lua (prepended, after prelude.lua, to this file).
 --
--- KEYS[1]  fixed_window.lua's hash {w, c, x} plus {n, l:<holder>...}
+-- KEYS[1]  fixed_window.lua's hash {w, c, x} plus {n, l:<holder>..., a:<holder>...,
+--          g:<holder>...}
 -- ARGV     fixed_window.lua's (limit, window µs, cost, now), then lease.lua's (holder,
 --          grant given back, unspent units, wanted units, lifetime µs, pace µs)
 -- Returns  {allowed, remaining, reset_ms, wait_ms, granted units, lifetime µs, grant,
@@ -13,7 +14,9 @@
 -- deadline is at most the window's end, so every unit spent from it is spent inside the
 -- window that counted it: the window's count never admits more than `limit`. Unspent
 -- units given back before the deadline are taken off the count (the window is still the
--- same one, since the deadline is within it); lapsed ones stay counted.
+-- same one, since the deadline is within it); lapsed ones stay counted. Each grant
+-- leaves room for the share every other host asking is still due in the window
+-- (lease_window_share.lua).
 -- Read first: under a run-time override, read_state() puts its limit and window in
 -- ARGV[1], ARGV[2].
 local fields, leases, asks = read_state(KEYS[1])
@@ -22,6 +25,7 @@ local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 local st_start, st_count = tonumber(fields.w), tonumber(fields.c)
 local st_n = tonumber(fields.n)
+local takes = read_takes(fields)
 if st_start and st_count then
   if now < st_start then
     now = st_start
@@ -37,17 +41,31 @@ if st_start == start then
 end
 local returned, back
 count, returned, back = give_back(leases, count, st_start, start)
+take(takes, start, -back)
 
+-- A caller asking for a lease is admitted within its due (lease_window_share.lua), and
+-- takes its request's units too: its take is all it was admitted in the window.
+local room = due_of(math.max(limit - count, 0), leases, asks, takes, start, limit)
 local allowed = count + cost <= limit
+if room and cost > room and taken(takes, holder, start) > 0 then
+  allowed = false
+end
 if allowed then
   count = count + cost
+  if room then
+    room = math.max(room - cost, 0)
+  end
+end
+if want > 0 then
+  take(takes, start, allowed and cost or 0, want, pace)
 end
 local to_end = start + window - now
 local life = math.min(lifetime, to_end)
-local granted, grant = window_lease(math.max(limit - count, 0), leases, asks, life, st_n, limit)
+local granted, grant = share_lease(math.max(limit - count, 0), room, takes, start, life, st_n)
 if granted > 0 then
   count = count + granted
 end
+write_takes(takes)
 local reset = 0
 if count > 0 then
   reset = ceil_ms(to_end)
@@ -65,5 +83,11 @@ if not allowed then
     wait = ceil_ms(to_end)
   end
 end
-return leased({allowed and 1 or 0, math.max(math.floor(limit - count), 0), reset, wait, granted,
+-- What the caller could still take: to one asking for a lease, at most its due (the
+-- rest is kept for the others), so that a host that took its share is saturated.
+local remaining = math.max(math.floor(limit - count), 0)
+if room then
+  remaining = math.min(remaining, math.max(room - granted, 0))
+end
+return leased({allowed and 1 or 0, remaining, reset, wait, granted,
   granted > 0 and life or 0, grant, back, 0, 0, grant > 0 and grant or st_n or 0, due})

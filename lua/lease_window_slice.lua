@@ -1,7 +1,8 @@
 -- A sliding window counter's window slices (docs/DESIGN.md "Leases", "Windows"): the
 -- steps of lease_sliding_window_counter.lua that share the room the previous window's
--- weight gives back as the current window goes by. Prepended to it by the `lease!`
--- macro, after window_counter.lua, and to no other script.
+-- weight gives back as the current window goes by, and its hot holders' lump leases.
+-- Prepended to it by the `lease!` macro, after window_counter.lua, and to no other
+-- script.
 --
 -- Under saturation a sliding window counter's room comes back a little at a time (the
 -- previous window's count × the elapsed fraction), so a lease of what is there now
@@ -88,6 +89,21 @@ local function add_share(shares, start, units, since)
     shares[holder] = s
   end
   s[2], s[3], s.dirty = math.max(s[2] + units, 0), since, true
+end
+
+-- A hot (not saturated) holder's lease: out of `avail` whole units, at most the caller's
+-- share of the window's `limit` (so that hosts asking at once get equal parts of it),
+-- living `life` µs (at most the rest of the window; no lease under 1 ms); `n` as
+-- record_lease()'s. Returns the units granted and the grant number (0, 0: none).
+local function window_lease(avail, leases, asks, life, n, limit)
+  if life < 1000 or want <= 0 then
+    return 0, 0
+  end
+  local granted = grant_size(avail, 1, holders(KEYS[1], leases, asks), limit)
+  if granted > 0 then
+    return granted, record_lease(KEYS[1], granted, now + life, n)
+  end
+  return 0, 0
 end
 
 -- A saturated caller's window slice at `now`, `elapsed` µs into the window of `window`

@@ -8,7 +8,7 @@ use super::{ceil_ms, Family, Outcome, Spec, WindowParams, MAX_LIMIT};
 
 /// This algorithm's entry in the table (`super::registry`).
 pub const SPEC: Spec = Spec {
-    lease: super::lease!("fixed_window", "lease_window"),
+    lease: super::lease!("fixed_window", "lease_window", "lease_window_share"),
     ..super::spec!(
         "fixed_window",
         "fw",

@@ -98,10 +98,14 @@ impl<H> LeasedKey<H> {
             ask.want > 0 && (g.rate > 0 || (g.units / UNIT < want && reported.remaining < want))
         };
         // The call that finds a key saturated was not asking for a slice: the next one,
-        // at once, does.
+        // at once, does. Redis's wait counts from when it ran the call, between the send
+        // and the reply: counted from the reply, the next call never comes before it.
+        // (Counted from the send, a call paced to a window's end arrived in the full
+        // window ending, by the call's latency, and the wait it got, clamped to PACE_US,
+        // held the host back PACE_US into the next window.)
         s.paced_until = if s.saturated && g.rate == 0 && ask.pace_us > 0 {
-            let wait = reported.wait_ms.saturating_mul(1000);
-            sent_us + wait.clamp(PACE_US, LIFETIME_US)
+            let wait = reported.wait_ms.saturating_mul(1000).min(LIFETIME_US);
+            got_us.saturating_add(wait).max(sent_us + PACE_US)
         } else {
             0
         };

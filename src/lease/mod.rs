@@ -19,12 +19,13 @@
 //!   less the margins) while Redis refills the key slower by as much; a request the
 //!   slice cannot pay for yet is a DENY from the lease, without a call, and one finding
 //!   it short within [`SLICE_RENEW_US`] of its deadline renews it. A fixed window grants
-//!   the host's share of the window; a sliding window counter a *window slice*, its due
+//!   what the host is still due of the window (its share, kept back from the other
+//!   hosts' grants until it asks); a sliding window counter a *window slice*, its due
 //!   share of the window so far and its share of the rate the previous window's weight
 //!   gives room back at, accrued the same way until the window's end (not renewed: the
 //!   next window's is taken then). A host that gets nothing asks again when Redis's
-//!   `wait_ms` says (at least [`PACE_US`], at most [`LIFETIME_US`]), answering DENY from
-//!   the lease meanwhile;
+//!   `wait_ms` says, counted from the reply (at least [`PACE_US`] after its call, at
+//!   most [`LIFETIME_US`] after the reply), answering DENY from the lease meanwhile;
 //! * **overridden** (a reply said Redis decided the key under a run-time override, and
 //!   so granted nothing): every `CHECK` is one script call, as a cold key's, neither
 //!   paid from a lease nor paced, until a reply without the override; the lease held

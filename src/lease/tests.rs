@@ -139,6 +139,18 @@ fn a_saturated_key_asks_for_a_slice_and_is_paced_without_one() {
         s.spend(1, t + 2 + 700_000, true),
         Local::Call { .. }
     ));
+    // Redis's wait counts from when it ran the call, before the reply (here 30 ms after
+    // the send): the next call comes no sooner than the reply plus the wait.
+    let (ask, _flight) = s.begin(1, 1000, true, t + 800_000, &holder());
+    s.granted(t + 800_000, t + 830_000, &ask, Granted::default(), none);
+    assert!(matches!(
+        s.spend(1, t + 1_529_999, true),
+        Local::Paced { .. }
+    ));
+    assert!(matches!(
+        s.spend(1, t + 1_530_000, true),
+        Local::Call { .. }
+    ));
 }
 
 #[test]

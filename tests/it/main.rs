@@ -59,5 +59,6 @@ mod state;
 mod systemd;
 mod twin_lease_overrides;
 mod twin_leases;
+mod twin_leases_fixed;
 mod twin_slots;
 mod twins;

@@ -1,12 +1,12 @@
-//! The sliding window counter's lease script against the reference model: holders take
-//! leases and window slices from `lua/lease_sliding_window_counter.lua` in a real Redis
-//! (explicit timestamps) and spend them as a daemon does (a slice accrues its rate from
-//! the reply until the holder's deadline, whole units spent), and every unit admitted,
-//! from Redis or from a lease, is decided again by the reference model
-//! (`tests/reference`) at its real time, as one client deciding every request: the
-//! model must admit each (docs/DESIGN.md "Leases", "Windows": zero over-admission). A
-//! saturated run also checks the other side: each whole window is used (≥ 90 % of the
-//! limit) in equal shares (±10 % of their mean).
+//! The window algorithms' lease scripts against the reference model: holders take
+//! leases and window slices from `lua/lease_sliding_window_counter.lua` and
+//! `lua/lease_fixed_window.lua` in a real Redis (explicit timestamps) and spend them as a
+//! daemon does (a slice accrues its rate from the reply until the holder's deadline,
+//! whole units spent), and every unit admitted, from Redis or from a lease, is decided
+//! again by the reference model (`tests/reference`) at its real time, as one client
+//! deciding every request: the model must admit each (docs/DESIGN.md "Leases",
+//! "Windows": zero over-admission). Saturated runs also check the other side: each whole
+//! window is used in equal shares (a fixed window's: `twin_leases_fixed.rs`).
 
 use crate::common;
 use crate::reference;
@@ -30,7 +30,7 @@ const UNIT: u64 = 1_000_000;
 
 /// One holder's lease as a daemon keeps it (`src/lease/state.rs`).
 #[derive(Debug, Default, Clone)]
-struct Holder {
+pub(crate) struct Holder {
     grant: i64,
     /// µ-units unspent.
     units: u64,
@@ -53,7 +53,7 @@ impl Holder {
     }
 
     /// Spends `cost` units at `now` if the lease holds them.
-    fn spend(&mut self, cost: u64, now: u64) -> bool {
+    pub(crate) fn spend(&mut self, cost: u64, now: u64) -> bool {
         if self.grant == 0 || now >= self.deadline {
             return false;
         }
@@ -67,16 +67,18 @@ impl Holder {
 }
 
 /// The key under test: the script, its rule and the holders.
-struct Key {
+pub(crate) struct Key {
+    kind: Kind,
     name: String,
     limit: u64,
     window: u64,
-    holders: Vec<Holder>,
+    pub(crate) holders: Vec<Holder>,
 }
 
 impl Key {
-    fn new(limit: u64, window: u64, hosts: usize) -> Key {
+    pub(crate) fn new(kind: Kind, limit: u64, window: u64, hosts: usize) -> Key {
         Key {
+            kind,
             name: format!("twin-lease:{{{}}}", CASE.fetch_add(1, Ordering::Relaxed)),
             limit,
             window,
@@ -87,8 +89,19 @@ impl Key {
     /// Holder `h`'s call at `now`: decides `cost`, gives its lease back (its unspent
     /// whole units), asks for `want` units (`pace`: saturated). Returns the decision.
     fn call(&mut self, h: usize, now: u64, cost: u64, want: u64, pace: u64) -> bool {
-        let script = ratelimitd::store::scripts::lease_lua(Kind::SlidingWindowCounter)
-            .expect("a lease script");
+        self.reply(h, now, cost, want, pace)[0] == 1
+    }
+
+    /// [`Key::call`], returning the whole reply.
+    pub(crate) fn reply(
+        &mut self,
+        h: usize,
+        now: u64,
+        cost: u64,
+        want: u64,
+        pace: u64,
+    ) -> Vec<i64> {
+        let script = ratelimitd::store::scripts::lease_lua(self.kind).expect("a lease script");
         let mine = &mut self.holders[h];
         mine.accrue(now);
         let (given, unspent) = (mine.grant, mine.units / UNIT);
@@ -126,15 +139,63 @@ impl Key {
                 deadline: (now + life).saturating_sub(1000 + life / 1000),
             };
         }
-        r[0] == 1
+        r
     }
 }
 
-fn model(limit: u64, window: u64) -> Model {
-    Model::new(Algo::SlidingWindowCounter {
-        limit: limit as f64,
-        window: window as f64,
+pub(crate) fn model(kind: Kind, limit: u64, window: u64) -> Model {
+    let (limit, window) = (limit as f64, window as f64);
+    Model::new(match kind {
+        Kind::FixedWindow => Algo::FixedWindow { limit, window },
+        _ => Algo::SlidingWindowCounter { limit, window },
     })
+}
+
+/// Random calls and spends of holders (`steps`: µs since the last, holder, what, cost,
+/// want) on a key of `kind`: every unit admitted passes the model at its real time.
+fn units_pass_the_model(
+    kind: Kind,
+    limit: u64,
+    window: u64,
+    hosts: usize,
+    steps: &[(u64, usize, u8, u64, u64)],
+) -> Result<(), TestCaseError> {
+    let mut key = Key::new(kind, limit, window, hosts);
+    let mut m = model(kind, limit, window);
+    let mut now = 1_790_000_000_000_000u64 + (steps.len() as u64 * 7919) % window;
+    for (i, &(dt, h, what, cost, want)) in steps.iter().enumerate() {
+        now += dt;
+        let h = h % hosts;
+        let cost = cost.min(limit);
+        if what < 6 {
+            // As much as the lease holds now (a saturated holder's demand).
+            while key.holders[h].spend(cost, now) {
+                prop_assert_eq!(
+                    m.decide(now as f64, cost)[0],
+                    1,
+                    "step {}: holder {} spent {} at {} the model refuses",
+                    i,
+                    h,
+                    cost,
+                    now
+                );
+            }
+        } else {
+            let pace = if what < 8 { 200_000 } else { 0 };
+            let want = if what == 9 { 0 } else { want };
+            if key.call(h, now, cost, want, pace) {
+                prop_assert_eq!(
+                    m.decide(now as f64, cost)[0],
+                    1,
+                    "step {}: Redis admitted {} at {} the model refuses",
+                    i,
+                    cost,
+                    now
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 proptest! {
@@ -150,29 +211,19 @@ proptest! {
         hosts in 2usize..5,
         steps in prop::collection::vec((0u64..30_000, 0usize..4, 0u8..10, 1u64..4, 1u64..300), 1..400),
     ) {
-        let window = window_ms * 1000;
-        let mut key = Key::new(limit, window, hosts);
-        let mut m = model(limit, window);
-        let mut now = 1_790_000_000_000_000u64 + (steps.len() as u64 * 7919) % window;
-        for (i, &(dt, h, what, cost, want)) in steps.iter().enumerate() {
-            now += dt;
-            let h = h % hosts;
-            let cost = cost.min(limit);
-            if what < 6 {
-                // As much as the lease holds now (a saturated holder's demand).
-                while key.holders[h].spend(cost, now) {
-                    prop_assert_eq!(m.decide(now as f64, cost)[0], 1,
-                        "step {}: holder {} spent {} at {} the model refuses", i, h, cost, now);
-                }
-            } else {
-                let pace = if what < 8 { 200_000 } else { 0 };
-                let want = if what == 9 { 0 } else { want };
-                if key.call(h, now, cost, want, pace) {
-                    prop_assert_eq!(m.decide(now as f64, cost)[0], 1,
-                        "step {}: Redis admitted {} at {} the model refuses", i, cost, now);
-                }
-            }
-        }
+        units_pass_the_model(Kind::SlidingWindowCounter, limit, window_ms * 1000, hosts, &steps)?;
+    }
+
+    /// The same for a fixed window's leases, each at most the holder's due of the
+    /// window (what the others are due kept back).
+    #[test]
+    fn every_unit_a_fixed_window_lease_admits_passes_the_model(
+        limit in 1u64..400,
+        window_ms in prop::sample::select(vec![100u64, 1000, 7000]),
+        hosts in 2usize..5,
+        steps in prop::collection::vec((0u64..30_000, 0usize..4, 0u8..10, 1u64..4, 1u64..300), 1..400),
+    ) {
+        units_pass_the_model(Kind::FixedWindow, limit, window_ms * 1000, hosts, &steps)?;
     }
 }
 
@@ -185,8 +236,8 @@ proptest! {
 #[test]
 fn saturated_holders_use_each_window_in_equal_shares() {
     let (limit, window) = (600u64, 1_000_000u64);
-    let mut key = Key::new(limit, window, 3);
-    let mut m = model(limit, window);
+    let mut key = Key::new(Kind::SlidingWindowCounter, limit, window, 3);
+    let mut m = model(Kind::SlidingWindowCounter, limit, window);
     let t0 = 1_790_000_000_000_000u64 + 137_000;
     let mut next_call = [t0, t0 + 7_000, t0 + 19_000];
     let mut per_window: std::collections::BTreeMap<u64, [u64; 3]> = Default::default();
@@ -248,7 +299,7 @@ fn saturated_holders_use_each_window_in_equal_shares() {
 #[test]
 fn a_slice_with_no_lump_keeps_the_key_past_the_next_window() {
     let (limit, window) = (600u64, 2_000_000u64);
-    let mut key = Key::new(limit, window, 1);
+    let mut key = Key::new(Kind::SlidingWindowCounter, limit, window, 1);
     // Aligned to the epoch: the previous window starts at t0, this one at t0 + window.
     let t0 = 1_790_000_000_000_000u64 / window * window;
     assert!(
