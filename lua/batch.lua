@@ -48,6 +48,7 @@ local base = now
 local digit = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4, ['5'] = 5,
   ['6'] = 6, ['7'] = 7, ['8'] = 8, ['9'] = 9}
 local number = {}
+memo = {}
 local out = {}
 for i = 1, #keys do
   local kind, n = digit[items[at]] or tonumber(items[at]), digit[items[at + 1]] or tonumber(items[at + 1])
