@@ -40,7 +40,7 @@ local function digits(v)
   else
     s = format('%.0f', v)
   end
-  if memo then
+  if memo and v == v then -- NaN is no table key
     memo[v] = s
   end
   return s
