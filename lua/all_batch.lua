@@ -18,6 +18,8 @@ local function refused(text)
     or text:find('cluster is down', 1, true) or text:find('same slot', 1, true)
     or text:find('^MOVED ') or text:find('^ASK ')
 end
+-- Digits kept for the call (prelude.lua digits()).
+memo = {}
 local out = {}
 local next_key = 0
 local g = 0

@@ -43,12 +43,29 @@ local function refused(text)
     or text:find('^MOVED ') or text:find('^ASK ')
 end
 local base = now
+-- An item's algorithm index and argument count are single digits: a table lookup is
+-- cheaper than tonumber()'s strtod. `args` is made with room for five arguments.
+local digit = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4, ['5'] = 5,
+  ['6'] = 6, ['7'] = 7, ['8'] = 8, ['9'] = 9}
+local number = {}
+memo = {}
 local out = {}
 for i = 1, #keys do
-  local kind, n = tonumber(items[at]), tonumber(items[at + 1])
-  local args = {}
+  local kind, n = digit[items[at]] or tonumber(items[at]), digit[items[at + 1]] or tonumber(items[at + 1])
+  local args = {nil, nil, nil, nil, nil}
   for j = 1, n do
     args[j] = items[at + 1 + j]
+  end
+  -- Every algorithm reads its first three arguments as numbers (its parameters and
+  -- the cost), repeated from one decision of a rule to the next: converted once a call.
+  for j = 1, (n < 3 and n or 3) do
+    local v = args[j]
+    local x = number[v]
+    if x == nil then
+      x = tonumber(v) or v
+      number[v] = x
+    end
+    args[j] = x
   end
   at = at + 2 + n
   local t = args[4]

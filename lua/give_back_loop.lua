@@ -10,11 +10,15 @@
 --          override as prelude.lua tiered() reports it (limit, rate or window halves),
 --          or three 0s without one
 local base = now
+-- An item's algorithm index and argument count are single digits: a table lookup is
+-- cheaper than tonumber()'s strtod. `args` is made with room for five arguments.
+local digit = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4, ['5'] = 5,
+  ['6'] = 6, ['7'] = 7, ['8'] = 8, ['9'] = 9}
 local flat = {}
 local at = 1
 for i = 1, #keys do
-  local kind, n = tonumber(items[at]), tonumber(items[at + 1])
-  local args = {}
+  local kind, n = digit[items[at]] or tonumber(items[at]), digit[items[at + 1]] or tonumber(items[at + 1])
+  local args = {nil, nil, nil, nil, nil}
   for j = 1, n do
     args[j] = items[at + 1 + j]
   end

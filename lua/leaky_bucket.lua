@@ -54,9 +54,14 @@ if allowed then
     st_ts = now
   end
 end
-local reset = settle(ceil_ms(level / rate), 0, function(k)
-  return level_at(now + k * 1000) <= 0
-end)
+-- settle()'s two checks of a right guess, made inline: no closure on the common path.
+local reset = ceil_ms(level / rate)
+if reset < 0 or level_at(now + reset * 1000) > 0
+    or (reset > 0 and level_at(now + (reset - 1) * 1000) <= 0) then
+  reset = settle(reset, 0, function(k)
+    return level_at(now + k * 1000) <= 0
+  end)
+end
 if not allowed then
   if cost > cap then
     wait = math.max(reset, 1)

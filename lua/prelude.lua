@@ -25,12 +25,25 @@ local dry = false
 -- number as '%.0f' does. A whole number below 2^53 (every count, µs and ms here, but
 -- not a shared capacity's fraction) takes the integer conversion '%d', several times
 -- cheaper than glibc's float printing, which was a tenth of a decision's instructions.
+-- A script deciding several keys (lua/batch.lua) sets `memo` to a table that keeps
+-- each number's digits for the rest of its call: its decisions share one instant, and
+-- new keys of one rule store the same state and expiry, so most lookups hit.
 local format = string.format
+local memo
 local function digits(v)
-  if v % 1 == 0 and v < 9007199254740992 and v > -9007199254740992 then
-    return format('%d', v)
+  local s = memo and memo[v]
+  if s then
+    return s
   end
-  return format('%.0f', v)
+  if v % 1 == 0 and v < 9007199254740992 and v > -9007199254740992 then
+    s = format('%d', v)
+  else
+    s = format('%.0f', v)
+  end
+  if memo and v == v then -- NaN is no table key
+    memo[v] = s
+  end
+  return s
 end
 
 -- µs to whole ms, rounded up (src/algorithm/mod.rs ceil_ms).

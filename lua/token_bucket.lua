@@ -50,9 +50,14 @@ if allowed and cost > 0 then
   st_tokens = tokens
   st_ts = now
 end
-local reset = settle(ceil_ms((cap - tokens) / rate), 0, function(k)
-  return tokens_at(now + k * 1000) >= cap
-end)
+-- settle()'s two checks of a right guess, made inline: no closure on the common path.
+local reset = ceil_ms((cap - tokens) / rate)
+if reset < 0 or tokens_at(now + reset * 1000) < cap
+    or (reset > 0 and tokens_at(now + (reset - 1) * 1000) >= cap) then
+  reset = settle(reset, 0, function(k)
+    return tokens_at(now + k * 1000) >= cap
+  end)
+end
 local wait = 0
 if not allowed then
   if cost > cap then

@@ -15,6 +15,11 @@ use ratelimitd::envoy::limits::Shared as EnvoyLimits;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+/// mimalloc: the daemon allocates and frees small buffers per request (frames,
+/// replies, futures); glibc's malloc spent about a sixth of its CPU there.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Per-host rate-limit daemon: answers CHECK requests on a Unix socket, deciding in
 /// Redis (Cluster) and falling back to local buckets when Redis is unreachable.
 #[derive(Parser, Debug)]
