@@ -18,7 +18,7 @@
 //! lifetime (docs/DESIGN.md "Leases", "Run-time overrides on a leased rule").
 
 use super::{ActiveRule, CheckError, Limiter, Pending};
-use crate::algorithm::{Kind, Tier};
+use crate::algorithm::{Algorithm, Kind, Per, Tier};
 use crate::config::overrides;
 use crate::key::{tag_in, KeyHash, TAG_MAX};
 use crate::store::{scripts, Store, TierRecord};
@@ -124,6 +124,22 @@ impl ActiveRule {
     }
 }
 
+/// True when `to` admits at least what `from` admits over every interval: the same
+/// algorithm, a limit (capacity) at least `from`'s and, for a bucket, a rate at least
+/// `from`'s, for a window the same window. Units leased under `from` and spent after an
+/// override to `to` then never exceed what `to` admits: the only run-time override a
+/// leased rule takes (a lease's holder learns of an override at its next call, up to a
+/// lease lifetime later).
+fn admits_at_least(from: &Algorithm, to: &Algorithm) -> bool {
+    to.kind == from.kind
+        && to.limit >= from.limit
+        && match (from.per, to.per) {
+            (Per::Rate(a), Per::Rate(b)) => b >= a,
+            (Per::WindowMs(a), Per::WindowMs(b)) => a == b,
+            _ => false,
+        }
+}
+
 /// A refused `OVERRIDE` whose rule cannot take one.
 fn refused(why: String) -> CheckError {
     CheckError::Override { message: why }
@@ -142,10 +158,12 @@ impl<S: Store> Limiter<S> {
     /// (`redis.mode = "none"`), or a bad parameter. The future's `Err` says why Redis
     /// did not take it.
     ///
-    /// On a leased rule (`lease = "auto"`) this daemon stops spending its lease on the
-    /// key once Redis holds the override (or may lease it again once it is cleared);
-    /// other daemons do at their next call of the key, at the latest when their lease
-    /// runs out.
+    /// On a leased rule (`lease = "auto"`) only an override that admits at least what
+    /// the rule admits is taken (higher capacity and rate, or a higher limit over the
+    /// same window): leases taken under the rule may still be spent for a lease
+    /// lifetime after it. This daemon stops spending its lease on the key once Redis
+    /// holds the override (or may lease it again once it is cleared); other daemons do
+    /// at their next call of the key, at the latest when their lease runs out.
     pub fn set_override(
         self: &Arc<Self>,
         rule: &[u8],
@@ -169,6 +187,12 @@ impl<S: Store> Limiter<S> {
             None
         } else {
             let algorithm = overrides::run_time(base, params).map_err(refused)?;
+            if base.lease && !admits_at_least(&base.algorithm, &algorithm) {
+                return Err(refused(format!(
+                    "rule '{}' takes leases (lease = \"auto\"): a run-time override of it may only raise capacity and the rate, or a window's limit over the same window, since leases already out are spent on top of it; lower a key with a [[rule.override]] or with lease = \"off\"",
+                    base.name
+                )));
+            }
             let tiered = base.with_algorithm(algorithm);
             let args = scripts::args(&tiered.params, 0);
             let [a, b, ..] = &args[..] else {

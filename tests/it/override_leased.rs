@@ -1,8 +1,8 @@
 //! Run-time overrides (`OVERRIDE`) on rules with `lease = "auto"`: the lease scripts
 //! decide an overridden key under the override and grant no lease on it, so every
-//! daemon decides it per request in Redis (source `redis`, the override's `limit`),
-//! whether the override lowers the rule or raises it; once cleared, the key is leased
-//! again under the rule. (Under load, with leases out when the override is set:
+//! daemon decides it per request in Redis (source `redis`, the override's `limit`);
+//! once cleared, the key is leased again under the rule. An override admitting less
+//! than the rule (a lower capacity, rate or limit, another window) is refused. (Under load, with leases out when the override is set:
 //! `tests/serial/leases/overrides.rs`.)
 
 use crate::common;
@@ -16,7 +16,7 @@ const RULES: &str = r#"
 name = "tb"
 algorithm = "token_bucket"
 capacity = 100
-refill_rate = 0.000001
+refill_rate = 0.00001
 lease = "auto"
 
 [[rule]]
@@ -73,18 +73,40 @@ fn an_override_on_a_leased_rule_is_decided_per_request_on_every_host() {
     let mut on_a = crate::secure_redis::connect_in_redis(&a, "tb");
     let mut on_b = crate::secure_redis::connect_in_redis(&b, "tb");
 
-    // Lowered through A: B's burst, hot as it is, is decided in Redis, 20 of the 100.
-    assert_eq!(on_a.request("OVERRIDE tb t:1 capacity=20"), "OK");
-    let (allowed, sources, limits, denied) = burst(&mut on_b, "tb", "t:1", 60);
+    // A leased rule takes no override that admits less than the rule: leases out
+    // would be spent on top of it. Refused, each naming why; nothing is written.
+    for args in [
+        "capacity=20",
+        "refill_rate=0.000001",
+        "capacity=200 refill_rate=0.000001",
+    ] {
+        let reply = on_a.request(&format!("OVERRIDE tb t:1 {args}"));
+        assert!(
+            reply.starts_with("ERR PARAM ") && reply.contains("takes leases"),
+            "{args}: {reply}"
+        );
+    }
+    for args in ["limit=40", "limit=60 window=2h"] {
+        let reply = on_a.request(&format!("OVERRIDE fw t:2 {args}"));
+        assert!(
+            reply.starts_with("ERR PARAM ") && reply.contains("takes leases"),
+            "{args}: {reply}"
+        );
+    }
+    assert!(fields(&on_a.request("INSPECT tb t:1"))["override"] == "none");
+
+    // Raised through A: B's burst, hot as it is, is decided in Redis, 150 of 200.
+    assert_eq!(on_a.request("OVERRIDE tb t:1 capacity=150"), "OK");
+    let (allowed, sources, limits, denied) = burst(&mut on_b, "tb", "t:1", 200);
     assert_eq!(
         (allowed, &sources[..], &limits[..]),
-        (20, &["redis".to_string()][..], &[20][..])
+        (150, &["redis".to_string()][..], &[150][..])
     );
     assert_eq!(denied.map(|d| d.remaining), Some(0));
     let seen = fields(&on_a.request("INSPECT tb t:1"));
     assert_eq!(
         (seen["limit"].as_str(), seen["remaining"].as_str()),
-        ("20", "0"),
+        ("150", "0"),
         "{seen:?}"
     );
     assert_eq!(seen["lease_grants"], "0", "{seen:?}");

@@ -1,8 +1,8 @@
 //! Run-time overrides (`OVERRIDE`) of a leased hot key, under load, on a real 3-primary
 //! Redis Cluster with 2 daemons (docs/DESIGN.md "Leases", "Run-time overrides on a
 //! leased rule"). Both daemons hammer one key, saturated, with leases out; an override
-//! raising the rule, a clear, an override lowering it and a clear follow, each set
-//! through one daemon while the load runs.
+//! raising the rule, a clear, another raise and a clear follow, each set through one
+//! daemon while the load runs (a leased rule takes no override that admits less).
 //!
 //! Each phase is measured from one lease lifetime ([`SLICE_LIFETIME_US`]) after the
 //! reply to its `OVERRIDE` was read: every lease out before the override was taken by
@@ -282,13 +282,13 @@ fn an_override_of_a_leased_hot_key_is_honoured_by_every_host_within_a_lease_life
     let buckets = [
         ("capacity=400 refill_rate=800", bucket(400, 800.0), false),
         ("clear", bucket(200, 400.0), true),
-        ("capacity=50 refill_rate=100", bucket(50, 100.0), false),
+        ("capacity=250 refill_rate=500", bucket(250, 500.0), false),
         ("clear", bucket(200, 400.0), true),
     ];
     let windows = [
         ("limit=600", window(600), false),
         ("clear", window(300), true),
-        ("limit=100", window(100), false),
+        ("limit=450", window(450), false),
         ("clear", window(300), true),
     ];
     let phases = |list: &[(&'static str, Params, bool)]| -> Vec<Phase> {
