@@ -73,7 +73,13 @@ end
 -- Written when the count changed; otherwise, as the plain script, only to lengthen the
 -- key's life. A key without leases is decided and stored exactly as fixed_window.lua
 -- does (tests/twins.rs).
-store((allowed and cost > 0) or granted > 0 or returned, tonumber(fields.x), reset,
+-- A call that asked wrote its a: and g: fields: the key then lives past the window
+-- even with nothing counted (a hash holding only those would have no TTL).
+local keep = reset
+if want > 0 and keep == 0 then
+  keep = ceil_ms(to_end)
+end
+store((allowed and cost > 0) or granted > 0 or returned, tonumber(fields.x), keep,
   'w', start, 'c', count)
 local wait = 0
 if not allowed then

@@ -21,7 +21,8 @@
 -- leases, less the units it gave back), what its last ask wanted (units) and that ask's
 -- pace (µs; 0: not saturated). Kept while the holder counts among the holders (an ask or
 -- a lease not ended), so that the next window keeps its share back before it asks
--- there; deleted by the first grant after that.
+-- there, and while it is of the current window (a host that paused past its ask's life
+-- still has what it took); otherwise deleted by the next call that asks.
 
 -- The g: fields among `fields` (read_state()'s): holder → {window start, units, wanted,
 -- pace}.
@@ -84,7 +85,10 @@ local function due_of(avail, leases, asks, takes, start, limit)
   local others = 0
   for h, t in pairs(takes) do
     if not counted[h] then
-      t.gone = true
+      -- Kept while it is of this window: a host back from a pause has its take.
+      if t[1] ~= start then
+        t.gone = true
+      end
     elseif h ~= holder then
       local owed = math.max(share - taken(takes, h, start), 0)
       if t[4] == 0 then
