@@ -28,30 +28,11 @@ done
 build_bench_binaries cluster.sh
 bench_work cluster
 start_cluster
-CAPACITY=100
-REFILL=50
-LUA_ARGV="$((CAPACITY * 1000000)) $REFILL 1000000"
+# The rule of cluster_bench_config (lib.sh): capacity 100 (10^8 µ-tokens) at 50/s, cost 1.
+LUA_ARGV="100000000 50 1000000"
 
 sock=$work/rl.sock
-cat >"$work/ratelimitd.toml" <<EOF
-[server]
-socket = "$sock"
-[redis]
-mode = "cluster"
-nodes = [$toml_nodes]
-timeout_ms = 100
-prefix = "rl"
-[cache]
-ttl_ms = 500
-max_entries = 1000000
-[fallback]
-hosts = 1
-[[rule]]
-name = "api"
-algorithm = "token_bucket"
-capacity = $CAPACITY
-refill_rate = $REFILL.0
-EOF
+cluster_bench_config "$work/ratelimitd.toml" "$sock"
 start_daemon_waiting "$work/ratelimitd.toml" "$sock" "$work/daemon.log" || { cat "$work/daemon.log" >&2; exit 1; }
 pids+=("$daemon_pid")
 wait_daemon "$sock" "$daemon_pid"
@@ -63,16 +44,7 @@ for _ in $(seq 1 100); do
 done
 
 # Per primary: its port, the seeds' script loaded there, and a hash tag of one of its slots.
-shas=()
-tags=()
-for p in "${ports[@]}"; do
-  shas+=("$(redis-cli -p "$p" SCRIPT LOAD "$(cat benches/seed_token_bucket.lua)")")
-  range=$(redis-cli -p "$p" cluster nodes | awk '/myself/ { print $9 }')
-  for i in $(seq 0 100000); do
-    s=$(redis-cli -p "$p" cluster keyslot "t$i")
-    if [ "$s" -ge "${range%-*}" ] && [ "$s" -le "${range#*-}" ]; then tags+=("t$i"); break; fi
-  done
-done
+load_seed_per_primary
 
 results=()
 for shape in "50 16" "50 1"; do

@@ -27,25 +27,7 @@ build_bench_binaries cpu_budget.sh
 bench_work cpu-budget
 start_cluster
 sock=$work/rl.sock
-cat >"$work/ratelimitd.toml" <<EOF
-[server]
-socket = "$sock"
-[redis]
-mode = "cluster"
-nodes = [$toml_nodes]
-timeout_ms = 100
-prefix = "rl"
-[cache]
-ttl_ms = 500
-max_entries = 1000000
-[fallback]
-hosts = 1
-[[rule]]
-name = "api"
-algorithm = "token_bucket"
-capacity = 100
-refill_rate = 50.0
-EOF
+cluster_bench_config "$work/ratelimitd.toml" "$sock"
 start_daemon_waiting "$work/ratelimitd.toml" "$sock" "$work/daemon.log" || { cat "$work/daemon.log" >&2; exit 1; }
 pids+=("$daemon_pid")
 wait_daemon "$sock" "$daemon_pid"
@@ -76,16 +58,7 @@ c_l=$(per "$(cpu "$work/l.stat")" "$n")
 
 # s: the seeds' script on every primary at once.
 kill "$daemon_pid" 2>/dev/null || true
-shas=()
-tags=()
-for p in "${ports[@]}"; do
-  shas+=("$(redis-cli -p "$p" SCRIPT LOAD "$(cat benches/seed_token_bucket.lua)")")
-  range=$(redis-cli -p "$p" cluster nodes | awk '/myself/ { print $9 }')
-  for i in $(seq 0 100000); do
-    s=$(redis-cli -p "$p" cluster keyslot "t$i")
-    if [ "$s" -ge "${range%-*}" ] && [ "$s" -le "${range#*-}" ]; then tags+=("t$i"); break; fi
-  done
-done
+load_seed_per_primary
 calls=$((n / 3 < 20000 ? 20000 : n / 3))
 perf stat -x, -e task-clock -p "$redis_pids" -o "$work/rs.stat" &
 pr=$!

@@ -115,3 +115,46 @@ install_node_peers() {
         npm install --silent --no-audit --no-fund rate-limiter-flexible ioredis; }
   )
 }
+
+# cluster_bench_config FILE SOCKET: the daemon's configuration of the cluster benchmarks
+# (benches/cluster.sh, benches/cpu_budget.sh): mode = "cluster" on `toml_nodes`
+# (start_cluster), listening on SOCKET, one token bucket rule "api" of capacity 100 at
+# 50/s, written to FILE.
+cluster_bench_config() {
+  cat >"$1" <<EOF
+[server]
+socket = "$2"
+[redis]
+mode = "cluster"
+nodes = [$toml_nodes]
+timeout_ms = 100
+prefix = "rl"
+[cache]
+ttl_ms = 500
+max_entries = 1000000
+[fallback]
+hosts = 1
+[[rule]]
+name = "api"
+algorithm = "token_bucket"
+capacity = 100
+refill_rate = 50.0
+EOF
+}
+
+# load_seed_per_primary: loads benches/seed_token_bucket.lua on each primary of `ports`
+# and finds a hash tag of one of its slots; sets `shas` and `tags` (one each per port).
+# shellcheck disable=SC2034
+load_seed_per_primary() {
+  local p range i s
+  shas=()
+  tags=()
+  for p in "${ports[@]}"; do
+    shas+=("$(redis-cli -p "$p" SCRIPT LOAD "$(cat benches/seed_token_bucket.lua)")")
+    range=$(redis-cli -p "$p" cluster nodes | awk '/myself/ { print $9 }')
+    for i in $(seq 0 100000); do
+      s=$(redis-cli -p "$p" cluster keyslot "t$i")
+      if [ "$s" -ge "${range%-*}" ] && [ "$s" -le "${range#*-}" ]; then tags+=("t$i"); break; fi
+    done
+  done
+}
