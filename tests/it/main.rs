@@ -57,5 +57,6 @@ mod standalone;
 mod state;
 mod systemd;
 mod twin_leases;
+mod twin_leases_reload;
 mod twin_slots;
 mod twins;

@@ -18,7 +18,7 @@ use reference::{Algo, Model};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-fn redis() -> &'static RedisStandalone {
+pub(crate) fn redis() -> &'static RedisStandalone {
     static REDIS: OnceLock<RedisStandalone> = OnceLock::new();
     REDIS.get_or_init(RedisStandalone::start)
 }
@@ -30,16 +30,16 @@ const UNIT: u64 = 1_000_000;
 
 /// One holder's lease as a daemon keeps it (`src/lease/state.rs`).
 #[derive(Debug, Default, Clone)]
-struct Holder {
-    grant: i64,
+pub(crate) struct Holder {
+    pub(crate) grant: i64,
     /// µ-units unspent.
-    units: u64,
+    pub(crate) units: u64,
     cap: u64,
     /// µ-units/s.
-    rate: u64,
+    pub(crate) rate: u64,
     accrued_at: u64,
     /// Spent only before this (µs).
-    deadline: u64,
+    pub(crate) deadline: u64,
 }
 
 impl Holder {
@@ -53,7 +53,7 @@ impl Holder {
     }
 
     /// Spends `cost` units at `now` if the lease holds them.
-    fn spend(&mut self, cost: u64, now: u64) -> bool {
+    pub(crate) fn spend(&mut self, cost: u64, now: u64) -> bool {
         if self.grant == 0 || now >= self.deadline {
             return false;
         }
@@ -67,17 +67,24 @@ impl Holder {
 }
 
 /// The key under test: the script, its rule and the holders.
-struct Key {
-    name: String,
+pub(crate) struct Key {
+    pub(crate) name: String,
+    kind: Kind,
     limit: u64,
     window: u64,
-    holders: Vec<Holder>,
+    pub(crate) holders: Vec<Holder>,
 }
 
 impl Key {
-    fn new(limit: u64, window: u64, hosts: usize) -> Key {
+    pub(crate) fn new(limit: u64, window: u64, hosts: usize) -> Key {
+        Self::of(Kind::SlidingWindowCounter, limit, window, hosts)
+    }
+
+    /// A key of algorithm `kind`'s lease script.
+    pub(crate) fn of(kind: Kind, limit: u64, window: u64, hosts: usize) -> Key {
         Key {
             name: format!("twin-lease:{{{}}}", CASE.fetch_add(1, Ordering::Relaxed)),
+            kind,
             limit,
             window,
             holders: vec![Holder::default(); hosts],
@@ -86,16 +93,28 @@ impl Key {
 
     /// Holder `h`'s call at `now`: decides `cost`, gives its lease back (its unspent
     /// whole units), asks for `want` units (`pace`: saturated). Returns the decision.
-    fn call(&mut self, h: usize, now: u64, cost: u64, want: u64, pace: u64) -> bool {
-        let script = ratelimitd::store::scripts::lease_lua(Kind::SlidingWindowCounter)
-            .expect("a lease script");
+    pub(crate) fn call(&mut self, h: usize, now: u64, cost: u64, want: u64, pace: u64) -> bool {
+        self.call_in(self.window, h, now, cost, want, pace)
+    }
+
+    /// [`Key::call`] with a rule of `window` µs.
+    pub(crate) fn call_in(
+        &mut self,
+        window: u64,
+        h: usize,
+        now: u64,
+        cost: u64,
+        want: u64,
+        pace: u64,
+    ) -> bool {
+        let script = ratelimitd::store::scripts::lease_lua(self.kind).expect("a lease script");
         let mine = &mut self.holders[h];
         mine.accrue(now);
         let (given, unspent) = (mine.grant, mine.units / UNIT);
         let lifetime = if pace > 0 { 2_000_000 } else { 1_000_000 };
         let args: Vec<String> = vec![
             self.limit.to_string(),
-            self.window.to_string(),
+            window.to_string(),
             cost.to_string(),
             now.to_string(),
             format!("h{h}"),
@@ -126,6 +145,23 @@ impl Key {
                 deadline: (now + life).saturating_sub(1000 + life / 1000),
             };
         }
+        r[0] == 1
+    }
+
+    /// A decision of `cost` at `now` by the per-request script, the rule's window being
+    /// `window` µs (a daemon with `lease = "off"`).
+    pub(crate) fn plain(&self, window: u64, now: u64, cost: u64) -> bool {
+        let args = [
+            self.limit.to_string(),
+            window.to_string(),
+            cost.to_string(),
+            now.to_string(),
+        ];
+        let mut cmd = vec!["EVAL", self.kind.spec().lua, "1", &self.name];
+        cmd.extend(args.iter().map(String::as_str));
+        let r = redis_command(&redis().addr(), &cmd)
+            .expect("EVAL")
+            .into_ints();
         r[0] == 1
     }
 }
