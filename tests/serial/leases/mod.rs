@@ -18,6 +18,7 @@ mod faults;
 mod harness;
 mod migration;
 mod outage;
+mod reload;
 mod shapes;
 mod stalled;
 mod windows;
