@@ -56,6 +56,7 @@ mod socket;
 mod standalone;
 mod state;
 mod systemd;
+mod twin_bucket_reload;
 mod twin_leases;
 mod twin_leases_reload;
 mod twin_slots;
