@@ -1,5 +1,5 @@
 //! Reloads of a leased window rule against the reference model (docs/DESIGN.md
-//! "Leases", "Reloads and window leases"): holders take leases under a rule of one
+//! "Leases", "Reloads and leases"): holders take leases under a rule of one
 //! window, then a reload changes the window, or turns leases off (decisions then made
 //! by the per-request script), while leases of the old window are out. Reloaded holders
 //! stop spending at once (as a daemon does) and name their grant at their next call;

@@ -1,5 +1,5 @@
 //! Reloads of a leased sliding window counter while window slices are out
-//! (docs/DESIGN.md "Leases", "Reloads and window leases"): what a slice may spend stays
+//! (docs/DESIGN.md "Leases", "Reloads and leases"): what a slice may spend stays
 //! counted until it ends, whatever the rule in force now says about its window.
 //!
 //! * Leases turned off on two daemons of three (a fleet reloaded one daemon at a time
