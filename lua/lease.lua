@@ -38,6 +38,10 @@
 --          sending the call (0: none)
 -- ARGV[13] the caller's CLOCK_BOOTTIME when it read the reply that showed it that
 --          number, µs ("": ARGV[11])
+-- ARGV[14] the grant given back: the caller's CLOCK_BOOTTIME when it sent the call that
+--          took it, µs ("": unknown), ARGV[15] when it read its reply, ARGV[16] how
+--          long before its lifetime (less the drift margin) it stopped spending it, µs
+--          (lua/lease_window.lua stopped_before())
 -- A grant is at most the holder's share: the holders being the caller, every other host
 -- with a lease on the key, and every host that asked for one in the last ASK_US. One
 -- that stops asking (or dies) stops counting when its lease and its ask end.
@@ -56,6 +60,9 @@ local pace = tonumber(ARGV[10])
 local mono = tonumber(ARGV[11] or '')
 local seen = tonumber(ARGV[12] or '') or 0
 local seen_at = tonumber(ARGV[13] or '') or mono
+local named_sent = tonumber(ARGV[14] or '')
+local named_got = tonumber(ARGV[15] or '')
+local named_spare = tonumber(ARGV[16] or '') or 0
 -- The earliest instant (the caller's clock, µs) at which the caller, a lease's witness,
 -- could end it (0: none); returned, so that it calls then.
 local due = 0

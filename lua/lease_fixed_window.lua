@@ -40,7 +40,7 @@ end
 local placed = place_leases(leases, st_start, start, window)
 count = count + placed
 local returned, back
-count, returned, back = give_back(leases, count)
+count, returned, back = give_back(leases, count, start)
 
 local allowed = count + cost <= limit
 if allowed then
@@ -66,8 +66,10 @@ end
 -- Written when the count changed; otherwise, as the plain script, only to lengthen the
 -- key's life. A key without leases is decided and stored exactly as fixed_window.lua
 -- does (tests/twins.rs).
+-- With leases stored, the key lives WINDOW_LEASED_KEEP_MS at least (lease_window.lua).
+local keep = latest > 0 and math.max(reset, WINDOW_LEASED_KEEP_MS) or reset
 store((allowed and cost > 0) or granted > 0 or returned or placed > 0, tonumber(fields.x),
-  reset, 'w', start, 'c', count)
+  keep, 'w', start, 'c', count)
 local wait = 0
 if not allowed then
   if cost > limit then

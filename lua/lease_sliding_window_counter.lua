@@ -48,7 +48,13 @@ for h, l in pairs(leases) do
   end
 end
 local back, ended
+local named = named_lease(leases)
 st_current, back, ended = settle_slices(leases, shares, st_start, st_current, now)
+-- A lease of an earlier window given back late: all its cap off this window when it
+-- was not spent in it (lease_window.lua stopped_before()).
+if named and stopped_before(named, start) then
+  back = named[4]
+end
 local current, previous = roll(st_start, st_current, st_previous, window, start)
 current, previous = current + placed, previous + placed_before
 -- Units given back come off this window's count, which holds every lease alive in it.
@@ -100,8 +106,10 @@ end
 -- Written when the counts changed; otherwise, as the plain script, only to lengthen
 -- the key's life. A key without leases is decided and stored exactly as
 -- sliding_window_counter.lua does (tests/twins.rs).
+-- With leases stored, the key lives WINDOW_LEASED_KEEP_MS at least (lease_window.lua).
+local keep = latest > 0 and math.max(reset, WINDOW_LEASED_KEEP_MS) or reset
 store((allowed and cost > 0) or granted > 0 or grant > 0 or back > 0 or ended
-  or placed > 0 or placed_before > 0, tonumber(fields.x), reset, 'w', start, 'c', current,
+  or placed > 0 or placed_before > 0, tonumber(fields.x), keep, 'w', start, 'c', current,
   'p', previous)
 local wait = 0
 if not allowed then

@@ -3,24 +3,38 @@
 -- macro (src/store/scripts.rs), and to no other script.
 --
 -- A window's lease names the window whose count holds its units (l: fields, start and
--- length). A lease granted under the rule in force ends within that window, so its
--- units are spent there. One granted under another window (a reload changed the rule's
--- `window`, a daemon not yet reloaded still asks with the old one) may still be spent
--- in windows of the rule in force that no count holds it in: place_leases() counts its
--- cap (the most it can spend: its lump and a slice's whole accrual) in each of them,
--- the current window's and the previous one's, and moves it to the current window,
--- where it is then a lump lease of its cap. The leases stored after a call are summed
--- up in the field o (summarize()) for the per-request scripts (window_leases.lua),
--- which cannot read them one by one.
+-- length). It may be spent in another window: one of a rule whose `window` a reload
+-- changed, or any lease once Redis's clock has jumped past its window's end while its
+-- holder, on its own clock, may still spend it. So a lease ends only when its holder
+-- names it (it has stopped spending) or a witness has counted its lifetime (its
+-- w: field, lua/lease.lua lapsed(): its holder's deadline has passed, whatever Redis's
+-- clock did), never at its deadline on Redis's clock alone; and until then
+-- place_leases() counts its cap (the most it can spend: its lump and a slice's whole
+-- accrual) in each window it may be spent in that no count holds it in, the current
+-- window's and the previous one's, and moves it to the current window, where it is then
+-- a lump lease of its cap. Its holder stops spending a lease cut at its window's end a
+-- little before (src/lease/mod.rs WINDOW_SPARE_US) and names it, so that in Redis it
+-- ends within its window. The leases stored after a call are summed up in the field o
+-- (summarize()) for the per-request scripts (window_leases.lua), which cannot read
+-- them one by one.
+
+-- A key with leases stored lives this long at least (ms): a forward jump of Redis's
+-- clock shorter than that does not drop them with it (as lease_token_bucket.lua).
+local WINDOW_LEASED_KEEP_MS = 86400000
+
+-- True when lease `l` may be spent after `t` (µs, Redis clock): one with a w: field
+-- until it is settled, one without (stored by an older script) until its deadline.
+local function alive_after(l, t)
+  return l.w ~= nil or l[2] > t
+end
 
 -- Counts at `start` (the current window of `window` µs; the stored counts are of the
 -- window starting at `st_start`) what every stored lease may spend where the counts do
--- not hold it: its cap (its lump and a slice's whole accrual) less its lump when that
--- is in the count, in the current window if its deadline is after the window's start,
--- and in the previous one if it was alive there. A lease of this rule's window held by
--- the current count, or ended within the previous window that counted it (a slice's
--- accrual then folded into that count: settle_slices()), adds nothing. Called before
--- settle_leases(): a lease lapsing in this call may have been spent in this window. A
+-- not hold it: its cap less its lump when that is in the count, in the current window,
+-- and in the previous one if it was stored before this window started. A lease of this
+-- rule's window held by the current count adds nothing, nor does one without a w: field
+-- that ended within the previous window that counted it. Called before
+-- settle_leases(): a lease settled in this call may have been spent in this window. A
 -- lease still stored is moved to the current window (`moved`, written by keep_moved()),
 -- a lump lease of its cap. Returns the units to add to the current count and to the
 -- previous one.
@@ -33,16 +47,46 @@ local function place_leases(leases, st_start, start, window)
     local here = counted and st_start == start
     local before = counted and st_start + window == start
     if not (ours and here) then
-      if (l[6] or 0) < start and l[2] > start - window and not (ours and before and l[2] <= start) then
+      local earlier = (l[6] or 0) < start and alive_after(l, start - window)
+      if earlier and not (ours and before and not alive_after(l, start)) then
         prev = prev + l[4] - (before and l[1] or 0)
       end
-      if l[2] > start then
+      if alive_after(l, start) then
         cur = cur + l[4] - (here and l[1] or 0)
         l[1], l[5], l[6], l[7], l.moved = l[4], 0, start, window, true
       end
     end
   end
   return cur, prev
+end
+
+-- The caller's lease this call names (nil: none), before settle_leases() ends it.
+local function named_lease(leases)
+  local l = leases[holder]
+  if l and given_back ~= 0 and l[3] == given_back then
+    return l
+  end
+end
+
+-- True when the caller's named lease `l`, of an earlier window (its deadline no later
+-- than `start`: place_leases() counted its cap in the window starting at `start`), was
+-- provably not spent from `start` on, on Redis's clock. Its holder spent it until its
+-- own deadline, its send of the call that took it (ARGV[14]) + the lifetime − the drift
+-- margin − the spare it reports (ARGV[16]); on Redis's clock that is at most the grant
+-- (the deadline − the lifetime) + the lifetime − the spare + J, J the forward jumps of
+-- Redis's clock since the grant. J is at most Redis's time since the grant less the
+-- holder's since it sent that call (it sends this one at ARGV[11]), plus that call's
+-- round trip (ARGV[15] − ARGV[14]), with 0.1 % for the two clocks' rates and 1 ms.
+-- A late give-back (the holder was slow to call) then takes the whole cap back off this
+-- window; a lease spent past a jump of Redis's clock keeps it counted.
+local function stopped_before(l, start)
+  if not (l.w and l.w[2] and mono and named_sent and named_got) or l[2] > start then
+    return false
+  end
+  local life = l.w[2]
+  local jump = (now - (l[2] - life)) - (mono - named_sent) * 0.999
+    + (named_got - named_sent) * 1.001 + 1000
+  return l[2] - named_spare + jump <= start
 end
 
 -- Writes the leases place_leases() moved that are still stored.
@@ -84,12 +128,17 @@ local function summarize(leases, start, window, had)
   return latest
 end
 
--- The leases of a window's count, settled at `now`, after place_leases(): `count` less
--- the units given back. A lease that gives units back is alive in the current window,
--- so that window's count holds it. Returns the count, whether any units came back (the
--- state then changed) and the units taken off the count.
-local function give_back(leases, count)
+-- The leases of a window's count (the window starting at `start`), settled at `now`,
+-- after place_leases(): `count` less the units given back. A lease that gives units
+-- back is alive in the current window, so that window's count holds it; all its cap
+-- when it was not spent there (stopped_before()). Returns the count, whether any units
+-- came back (the state then changed) and the units taken off the count.
+local function give_back(leases, count, start)
+  local named = named_lease(leases)
   local back = settle_leases(KEYS[1], leases, now)
+  if named and stopped_before(named, start) then
+    back = named[4]
+  end
   local returned = back > 0
   back = math.min(back, count)
   return count - back, returned, back
@@ -107,7 +156,8 @@ local function window_lease(avail, leases, asks, life, n, limit, start, window)
   local granted = grant_size(avail, 1, holders(KEYS[1], leases, asks), limit)
   if granted > 0 then
     local g = record_lease(KEYS[1], granted, now + life, n, granted, 0, start, window)
-    leases[holder] = {granted, now + life, g, granted, 0, start, window}
+    record_life(KEYS[1], g, life)
+    leases[holder] = {granted, now + life, g, granted, 0, start, window, w = {g, life}}
     return granted, g
   end
   return 0, 0

@@ -21,6 +21,11 @@
 -- field of an earlier window is deleted by the next call once its holder's lease is
 -- no longer stored (a slice accrues from `since` until it ends).
 
+-- No slice is granted for less than this (µs): its holder stops spending a slice cut at
+-- its window's end 25 ms before its deadline (src/lease/mod.rs WINDOW_SPARE_US); the
+-- holder asks again in the next window.
+local SLICE_MIN_US = 50000
+
 -- The g: fields among `fields` (read_state()'s): holder → {window start, units, since}.
 local function read_shares(fields)
   local shares = {}
@@ -103,7 +108,7 @@ end
 -- Returns {lump, grant, cap, rate} (all 0: none).
 local function window_slice(shares, leases, asks, start, window, elapsed, previous, limit,
     avail, promised, life, n, fits)
-  if life < 1000 or want <= 0 then
+  if life < SLICE_MIN_US or want <= 0 then
     return 0, 0, 0, 0
   end
   local holding = holders(KEYS[1], leases, asks)
@@ -123,7 +128,8 @@ local function window_slice(shares, leases, asks, start, window, elapsed, previo
   end
   local cap = rate > 0 and lump + math.ceil(gets) or lump
   local grant = record_lease(KEYS[1], lump, now + life, n, cap, rate, start, window)
-  leases[holder] = {lump, now + life, grant, cap, rate, start, window}
+  record_life(KEYS[1], grant, life)
+  leases[holder] = {lump, now + life, grant, cap, rate, start, window, w = {grant, life}}
   add_share(shares, start, lump, now)
   return lump, grant, rate > 0 and cap or 0, rate
 end

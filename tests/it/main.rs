@@ -60,4 +60,5 @@ mod twin_bucket_reload;
 mod twin_leases;
 mod twin_leases_reload;
 mod twin_slots;
+mod twin_window_jump;
 mod twins;

@@ -40,6 +40,10 @@ pub(crate) struct Holder {
     accrued_at: u64,
     /// Spent only before this (µs).
     pub(crate) deadline: u64,
+    /// When the call that took it was sent (and answered: at once here), and how long
+    /// before its lifetime it stops being spent (µs), named back with it.
+    sent: u64,
+    spare: u64,
 }
 
 impl Holder {
@@ -73,6 +77,11 @@ pub(crate) struct Key {
     limit: u64,
     window: u64,
     pub(crate) holders: Vec<Holder>,
+    /// How far Redis's clock is ahead of the holders', µs (a forward jump).
+    pub(crate) ahead: u64,
+    /// Per holder, the key's last grant it read in a reply and when (its clock): a
+    /// call names its caller the witness of leases up to it (lua/lease.lua).
+    seen: Vec<(i64, u64)>,
 }
 
 impl Key {
@@ -88,6 +97,8 @@ impl Key {
             limit,
             window,
             holders: vec![Holder::default(); hosts],
+            ahead: 0,
+            seen: vec![(0, 0); hosts],
         }
     }
 
@@ -97,7 +108,8 @@ impl Key {
         self.call_in(self.window, h, now, cost, want, pace)
     }
 
-    /// [`Key::call`] with a rule of `window` µs.
+    /// [`Key::call`] with a rule of `window` µs; `now` is the holder's clock, Redis's
+    /// is [`Key::ahead`] of it.
     pub(crate) fn call_in(
         &mut self,
         window: u64,
@@ -112,20 +124,29 @@ impl Key {
         mine.accrue(now);
         let (given, unspent) = (mine.grant, mine.units / UNIT);
         let lifetime = if pace > 0 { 2_000_000 } else { 1_000_000 };
+        let (seen, seen_at) = self.seen[h];
+        let (sent, spare) = if given != 0 {
+            (mine.sent.to_string(), mine.spare.to_string())
+        } else {
+            (String::new(), "0".into())
+        };
         let args: Vec<String> = vec![
             self.limit.to_string(),
             window.to_string(),
             cost.to_string(),
-            now.to_string(),
+            (now + self.ahead).to_string(),
             format!("h{h}"),
             given.to_string(),
             unspent.to_string(),
             want.to_string(),
             lifetime.to_string(),
             pace.to_string(),
-            String::new(),
-            "0".into(),
-            String::new(),
+            now.to_string(),
+            seen.to_string(),
+            seen_at.to_string(),
+            sent.clone(),
+            sent,
+            spare,
         ];
         let mut cmd = vec!["EVAL", script, "1", &self.name];
         cmd.extend(args.iter().map(String::as_str));
@@ -133,16 +154,28 @@ impl Key {
             .expect("EVAL")
             .into_ints();
         assert_eq!(r.len(), 12, "{r:?}");
+        if r[10] > seen {
+            self.seen[h] = (r[10], now);
+        }
+        let mine = &mut self.holders[h];
         *mine = Holder::default();
         if want > 0 && r[6] > 0 {
             let life = r[5] as u64;
+            // A lease cut at its window's end is spent a little less (WINDOW_SPARE_US).
+            let spare = if life < lifetime {
+                (life / 2).min(25_000)
+            } else {
+                0
+            };
             *mine = Holder {
                 grant: r[6],
                 units: r[4] as u64 * UNIT,
                 cap: (r[8] as u64 * UNIT).max(r[4] as u64 * UNIT),
                 rate: r[9] as u64,
                 accrued_at: now,
-                deadline: (now + life).saturating_sub(1000 + life / 1000),
+                deadline: (now + life).saturating_sub(1000 + life / 1000 + spare),
+                sent: now,
+                spare,
             };
         }
         r[0] == 1
@@ -155,7 +188,7 @@ impl Key {
             self.limit.to_string(),
             window.to_string(),
             cost.to_string(),
-            now.to_string(),
+            (now + self.ahead).to_string(),
         ];
         let mut cmd = vec!["EVAL", self.kind.spec().lua, "1", &self.name];
         cmd.extend(args.iter().map(String::as_str));
