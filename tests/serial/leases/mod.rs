@@ -21,6 +21,7 @@ mod outage;
 mod reload;
 mod shapes;
 mod stalled;
+mod window_jump;
 mod windows;
 
 use common::*;
