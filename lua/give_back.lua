@@ -29,10 +29,11 @@ local function override_of(args)
   end
 end
 
--- Token bucket: tokens refilled up to now, plus the units, capped at the capacity.
+-- Token bucket: tokens refilled up to now, plus the units, capped at the capacity (less
+-- what leases hold: bucket_leases.lua).
 local function give_back_tb(args, at)
   local cap, rate, units = tonumber(args[1]), tonumber(args[2]), tonumber(args[3])
-  local s = redis.call('HMGET', KEYS[1], 't', 'ts')
+  local s = redis.call('HMGET', KEYS[1], 't', 'ts', 'o')
   if not (s[1] and s[2]) then
     return
   end
@@ -40,8 +41,8 @@ local function give_back_tb(args, at)
   if now < ts then
     now = ts
   end
-  local tokens = math.min(cap, t + math.floor((now - ts) * rate))
-  tokens = math.min(cap, tokens + units)
+  local tokens, most = refill_leased(s[3], cap, rate, t, ts, now)
+  tokens = math.min(most, tokens + units)
   redis.call('HSET', KEYS[1], 't', digits(tokens), 'ts', digits(now))
 end
 

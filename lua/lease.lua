@@ -3,13 +3,15 @@
 --
 -- A lease is a part of a key's budget one daemon (a "holder") took to answer CHECKs
 -- itself until a deadline. The key's hash keeps, per holder, one field
---   l:<holder id> = "<units> <deadline> <grant> [<cap> <rate>]"
+--   l:<holder id> = "<units> <deadline> <grant> [<cap> <rate> [<start> <window>]]"
 -- units in the algorithm's units (µ-tokens for buckets) handed over at the grant, the
 -- deadline in µs on the Redis clock (grant time + lifetime), the grant a number unique
 -- per key (field n counts them). A bucket's lease may also be a *slice*: the holder
 -- keeps a bucket of its own of `cap` µ-tokens, refilled at `rate` µ-tokens/s until the
 -- deadline, while the key's bucket in Redis holds `cap` less and refills `rate` slower
--- (lua/lease_token_bucket.lua). Without them, cap = units and rate = 0. And, per holder
+-- (lua/lease_token_bucket.lua). Without them, cap = units and rate = 0. A window's
+-- lease also names the window whose count holds its units (start and length, µs:
+-- lua/lease_window.lua place_leases()). And, per holder
 -- asking lately, a field a:<holder id> = "<until>" (µs, Redis clock): the hosts a
 -- saturated key is shared between, whether they hold a lease now or not.
 -- A bucket's lease also has a field w:<holder id> = "<grant> <life> [<witness> <mono>
@@ -36,6 +38,10 @@
 --          sending the call (0: none)
 -- ARGV[13] the caller's CLOCK_BOOTTIME when it read the reply that showed it that
 --          number, µs ("": ARGV[11])
+-- ARGV[14] the grant given back: the caller's CLOCK_BOOTTIME when it sent the call that
+--          took it, µs ("": unknown), ARGV[15] when it read its reply, ARGV[16] how
+--          long before its lifetime (less the drift margin) it stopped spending it, µs
+--          (lua/lease_window.lua stopped_before())
 -- A grant is at most the holder's share: the holders being the caller, every other host
 -- with a lease on the key, and every host that asked for one in the last ASK_US. One
 -- that stops asking (or dies) stops counting when its lease and its ask end.
@@ -66,6 +72,9 @@ local seen_at = tonumber(ARGV[13] or '') or mono
 -- Fixed before an override sets `want` to 0 (read_state()): a call that asked still
 -- ends a stored lease of the caller it never read.
 local ends_own = given_back ~= 0 or want > 0
+local named_sent = tonumber(ARGV[14] or '')
+local named_got = tonumber(ARGV[15] or '')
+local named_spare = tonumber(ARGV[16] or '') or 0
 -- The earliest instant (the caller's clock, µs) at which the caller, a lease's witness,
 -- could end it (0: none); returned, so that it calls then.
 local due = 0
@@ -76,8 +85,9 @@ local ASK_US = 1200000
 local orphans = {}
 
 -- The hash, read once: `fields` has the algorithm's fields (strings), `leases` every
--- holder's lease {units, deadline, grant, cap, rate, w = its w: field {grant, life,
--- witness, mono, since} or nil}, `asks` every holder's last ask's end (µs).
+-- holder's lease {units, deadline, grant, cap, rate, window start, window length (nil,
+-- nil for a bucket's), w = its w: field {grant, life, witness, mono, since} or nil},
+-- `asks` every holder's last ask's end (µs).
 local function read_state(key)
   local all = redis.call('HGETALL', key)
   local fields, leases, asks, lives = {}, {}, {}, {}
@@ -85,11 +95,12 @@ local function read_state(key)
     local f, v = all[i], all[i + 1]
     local kind = string.sub(f, 1, 2)
     if kind == 'l:' then
-      local u, d, g, c, r = string.match(v, '^(%d+) (%d+) (%d+) ?(%d*) ?(%d*)$')
+      local u, d, g, c, r, ws, wl =
+        string.match(v, '^(%d+) (%d+) (%d+) ?(%d*) ?(%d*) ?(%d*) ?(%d*)$')
       if u then
         u = tonumber(u)
         leases[string.sub(f, 3)] = {u, tonumber(d), tonumber(g), tonumber(c) or u,
-          tonumber(r) or 0}
+          tonumber(r) or 0, tonumber(ws), tonumber(wl)}
       end
     elseif kind == 'a:' then
       asks[string.sub(f, 3)] = tonumber(v) or 0
@@ -262,13 +273,17 @@ local function grant_size(avail, unit, asking, total)
 end
 
 -- Records a new lease of `units` for the caller, ending at `deadline` (µs, Redis clock);
--- `n` is the key's last grant number; a slice also has its `cap` and `rate`. Returns the
--- grant number.
-local function record_lease(key, units, deadline, n, cap, rate)
+-- `n` is the key's last grant number; a slice also has its `cap` and `rate`, a window's
+-- lease the window whose count holds it (`ws` its start, `wl` its length, µs). Returns
+-- the grant number.
+local function record_lease(key, units, deadline, n, cap, rate, ws, wl)
   local g = (n or 0) + 1
   local v = digits(units) .. ' ' .. digits(deadline) .. ' ' .. digits(g)
   if cap then
     v = v .. ' ' .. digits(cap) .. ' ' .. digits(rate)
+  end
+  if ws then
+    v = v .. ' ' .. digits(ws) .. ' ' .. digits(wl)
   end
   redis.call('HSET', key, 'n', digits(g), 'l:' .. holder, v)
   return g

@@ -2,7 +2,7 @@
 -- plus the lease bookkeeping of lua/lease.lua, lua/lease_window.lua and the shares of
 -- lua/lease_window_share.lua (prepended, after prelude.lua, to this file).
 --
--- KEYS[1]  fixed_window.lua's hash {w, c, x} plus {n, l:<holder>..., a:<holder>...,
+-- KEYS[1]  fixed_window.lua's hash {w, c, x} plus {n, o, l:<holder>..., a:<holder>...,
 --          g:<holder>...}
 -- ARGV     fixed_window.lua's (limit, window µs, cost, now), then lease.lua's (holder,
 --          grant given back, unspent units, wanted units, lifetime µs, pace µs)
@@ -16,7 +16,9 @@
 -- units given back before the deadline are taken off the count (the window is still the
 -- same one, since the deadline is within it); lapsed ones stay counted. Each grant
 -- leaves room for the share every other host asking is still due in the window
--- (lease_window_share.lua).
+-- (lease_window_share.lua). A lease of another window (a reload changed `window`) is
+-- counted again in each window of this one it may be spent in (lease_window.lua
+-- place_leases()), and in its holder's take of that window.
 -- Read first: under a run-time override, read_state() puts its limit and window in
 -- ARGV[1], ARGV[2].
 local fields, leases, asks = read_state(KEYS[1])
@@ -39,8 +41,13 @@ local count = 0
 if st_start == start then
   count = st_count
 end
+-- Leases of another window (lease_window.lua place_leases()) counted in this one when
+-- they may be spent in it.
+local placed = place_leases(leases, st_start, start, window)
+count = count + placed
 local returned, back
-count, returned, back = give_back(leases, count, st_start, start)
+take_placed(takes, leases, start)
+count, returned, back = give_back(leases, count, start)
 take(takes, start, -back)
 
 -- A caller asking for a lease is admitted within its due (lease_window_share.lua), and
@@ -61,26 +68,37 @@ if want > 0 then
 end
 local to_end = start + window - now
 local life = math.min(lifetime, to_end)
-local granted, grant = share_lease(math.max(limit - count, 0), room, takes, start, life, st_n)
+local granted, grant = share_lease(math.max(limit - count, 0), room, leases, takes, start,
+  window, life, st_n)
 if granted > 0 then
   count = count + granted
 end
 write_takes(takes)
+keep_moved(leases)
+local latest = summarize(leases, start, window, fields.o)
 local reset = 0
 if count > 0 then
   reset = ceil_ms(to_end)
+end
+-- A lease moved here from a longer window may outlive this one.
+if latest > 0 then
+  reset = math.max(reset, ceil_ms(latest - now))
 end
 -- Written when the count changed; otherwise, as the plain script, only to lengthen the
 -- key's life. A key without leases is decided and stored exactly as fixed_window.lua
 -- does (tests/twins.rs).
 -- A call that asked wrote its a: and g: fields: the key then lives past the window
--- even with nothing counted (a hash holding only those would have no TTL).
+-- even with nothing counted (a hash holding only those would have no TTL). With leases
+-- stored, the key lives WINDOW_LEASED_KEEP_MS at least (lease_window.lua).
 local keep = reset
 if want > 0 and keep == 0 then
   keep = ceil_ms(to_end)
 end
-store((allowed and cost > 0) or granted > 0 or returned, tonumber(fields.x), keep,
-  'w', start, 'c', count)
+if latest > 0 then
+  keep = math.max(keep, WINDOW_LEASED_KEEP_MS)
+end
+store((allowed and cost > 0) or granted > 0 or returned or placed > 0, tonumber(fields.x),
+  keep, 'w', start, 'c', count)
 local wait = 0
 if not allowed then
   if cost > limit then

@@ -3,7 +3,7 @@
 -- and lua/lease_window.lua, the weighting of lua/window_counter.lua and the window
 -- slices of lua/lease_window_slice.lua (prepended, after prelude.lua, to this file).
 --
--- KEYS[1]  sliding_window_counter.lua's hash {w, c, p, x} plus {n, l:<holder>...,
+-- KEYS[1]  sliding_window_counter.lua's hash {w, c, p, x} plus {n, o, l:<holder>...,
 --          a:<holder>..., g:<holder>...}
 -- ARGV     sliding_window_counter.lua's (limit, window µs, cost, now), then lease.lua's
 --          (holder, grant given back, unspent units, wanted units, lifetime µs, pace
@@ -21,7 +21,10 @@
 -- saturated holder's lease is a window slice (lease_window_slice.lua): its accrual is
 -- in the estimate at every instant, and the slices' rates together are at most the rate
 -- at which the previous window's weight falls, so that estimate never rises after a
--- grant (or a decision) checked it.
+-- grant (or a decision) checked it. A lease of another window (a reload changed
+-- `window`) is counted whole in each window of this rule it may be spent in
+-- (lease_window.lua place_leases()); the estimate may then be above the limit, and no
+-- slice gets a rate until it is back within it.
 -- Read first: under a run-time override, read_state() puts its limit and window in
 -- ARGV[1], ARGV[2].
 local fields, leases, asks = read_state(KEYS[1])
@@ -39,14 +42,25 @@ else
   st_start, st_current, st_previous = nil, nil, nil
 end
 local start = now - math.fmod(now, window)
-local back, ended
-st_current, back, ended = settle_slices(leases, shares, st_start, st_current, now)
-local current, previous = roll(st_start, st_current, st_previous, window, start)
--- Units given back come off the count if they were counted in this window (a lease's
--- deadline is within the window that counted it).
-if st_start ~= start then
-  back = 0
+-- Leases of another window (lease_window.lua place_leases()) counted where they may be
+-- spent; a moved one is then its holder's share of this window.
+local placed, placed_before = place_leases(leases, st_start, start, window)
+for h, l in pairs(leases) do
+  if l.moved then
+    add_share(shares, start, l[4], now, h)
+  end
 end
+local back, ended
+local named = named_lease(leases)
+st_current, back, ended = settle_slices(leases, shares, st_start, st_current, now)
+-- A lease of an earlier window given back late: all its cap off this window when it
+-- was not spent in it (lease_window.lua stopped_before()).
+if named and stopped_before(named, start) then
+  back = named[4]
+end
+local current, previous = roll(st_start, st_current, st_previous, window, start)
+current, previous = current + placed, previous + placed_before
+-- Units given back come off this window's count, which holds every lease alive in it.
 back = math.min(back, current)
 current = current - back
 if back > 0 then
@@ -60,13 +74,16 @@ if allowed then
 end
 local to_end = start + window - now
 local life = math.min(lifetime, to_end)
-local avail = math.max(math.floor(limit - estimate(current, previous, elapsed, window) - acc), 0)
+-- What the estimate leaves; a slice's rate only when it is within the limit (up to the
+-- rounding of slices whose rates add up to the weight's fall exactly).
+local left = limit - estimate(current, previous, elapsed, window) - acc
+local avail = math.max(math.floor(left), 0)
 local granted, grant, cap, rate = 0, 0, 0, 0
 if pace > 0 then
   granted, grant, cap, rate = window_slice(shares, leases, asks, start, window, elapsed,
-    previous, limit, avail, promised, life, st_n)
+    previous, limit, avail, promised, life, st_n, left > -1e-6)
 else
-  granted, grant = window_lease(avail, leases, asks, life, st_n, limit)
+  granted, grant = window_lease(avail, leases, asks, life, st_n, limit, start, window)
   if granted > 0 then
     add_share(shares, start, granted, now)
   end
@@ -74,7 +91,9 @@ end
 if granted > 0 then
   current = current + granted
 end
-write_shares(shares, start)
+write_shares(shares, start, leases)
+keep_moved(leases)
+local latest = summarize(leases, start, window, fields.o)
 -- The live slices' accrual so far, in whole units (rounded up), for what is reported.
 local counted = current + math.ceil(acc)
 -- A live slice still adds to this window's count, which the next window weighs: the
@@ -82,11 +101,19 @@ local counted = current + math.ceil(acc)
 -- granted at the window's start with no lump), or it would expire with that accrual.
 local live = promised + rate > 0 and math.max(counted, 1) or counted
 local reset = counter_reset(window, start, live, previous)
+-- A lease moved here from a longer window may outlive this one: its cap is counted in
+-- each window it may be spent in, and weighed in the one after.
+if latest > 0 then
+  reset = math.max(reset, ceil_ms(latest + window - now))
+end
 -- Written when the counts changed; otherwise, as the plain script, only to lengthen
 -- the key's life. A key without leases is decided and stored exactly as
 -- sliding_window_counter.lua does (tests/twins.rs).
-store((allowed and cost > 0) or granted > 0 or grant > 0 or back > 0 or ended,
-  tonumber(fields.x), reset, 'w', start, 'c', current, 'p', previous)
+-- With leases stored, the key lives WINDOW_LEASED_KEEP_MS at least (lease_window.lua).
+local keep = latest > 0 and math.max(reset, WINDOW_LEASED_KEEP_MS) or reset
+store((allowed and cost > 0) or granted > 0 or grant > 0 or back > 0 or ended
+  or placed > 0 or placed_before > 0, tonumber(fields.x), keep, 'w', start, 'c', current,
+  'p', previous)
 local wait = 0
 if not allowed then
   -- As sliding_window_counter.lua, from the counts after the grant.

@@ -3,7 +3,7 @@
 -- the refill promised to slices, plus the lease bookkeeping of lua/lease.lua
 -- (prepended, with prelude.lua, to this file).
 --
--- KEYS[1]  the bucket: token_bucket.lua's hash {t, ts, x} plus {n, l:<holder>...,
+-- KEYS[1]  the bucket: token_bucket.lua's hash {t, ts, x} plus {n, o, l:<holder>...,
 --          w:<holder>..., a:<holder>...}
 -- ARGV     token_bucket.lua's (capacity µ-tokens, rate tokens/s, cost µ-tokens, now),
 --          then lease.lua's (holder, grant given back, unspent µ-tokens, wanted
@@ -151,5 +151,15 @@ if out > 0 then
   keep = math.max(keep, ceil_ms(latest - now) + ceil_ms((cap - tokens) / rate), LEASED_KEEP_MS)
 end
 store(write, tonumber(fields.x), keep, 't', tokens, 'ts', now)
+-- The leases stored, for the per-request script (bucket_leases.lua); deleted with the
+-- last one.
+if out > 0 then
+  local o = digits(out) .. ' ' .. digits(promised + slice_rate) .. ' ' .. digits(latest)
+  if o ~= fields.o then
+    redis.call('HSET', KEYS[1], 'o', o)
+  end
+elseif fields.o then
+  redis.call('HDEL', KEYS[1], 'o')
+end
 return leased({allowed and 1 or 0, math.floor(tokens / UNIT), reset, wait, granted,
   grant > 0 and lifetime or 0, grant, back, slice_cap, slice_rate, grant > 0 and grant or st_n or 0, due})

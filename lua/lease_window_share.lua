@@ -71,6 +71,25 @@ local function take(takes, start, units, wanted, pace)
   end
 end
 
+-- Adds to each holder's take of the window starting at `start` what place_leases()
+-- counted there of its lease of another window (`placed`: moved to this one): a lease
+-- its holder may spend in this window is part of what it took of it, as it is part of
+-- the count, and a give-back of it comes off both.
+local function take_placed(takes, leases, start)
+  for h, l in pairs(leases) do
+    if l.placed and l.placed > 0 then
+      local t = takes[h]
+      if not t then
+        t = {start, 0, 0, 0}
+        takes[h] = t
+      elseif t[1] ~= start then
+        t[1], t[2] = start, 0
+      end
+      t[2], t.dirty = t[2] + l.placed, true
+    end
+  end
+end
+
 -- The caller's due of the window of `limit` starting at `start`, with `avail` whole
 -- units left: its share (⌊limit ÷ holders⌋, at least 1) less what it took, or what the
 -- window holds beyond the other holders' dues, whichever is more; nil for a call that
@@ -101,17 +120,22 @@ local function due_of(avail, leases, asks, takes, start, limit)
 end
 
 -- A fixed window's new lease for the caller: out of `avail` whole units left in the
--- window starting at `start`, at most its due `room` (due_of(), nil: none), living
--- `life` µs (no lease under 1 ms); `n` as record_lease()'s. Returns the units granted
--- and the grant number (0, 0: none).
-local function share_lease(avail, room, takes, start, life, n)
+-- window of `window` µs starting at `start`, at most its due `room` (due_of(), nil:
+-- none), living `life` µs (no lease under 1 ms); `n` as record_lease()'s. The lease
+-- names its window (lease_window.lua) and has a w: field, as window_lease()'s; it is
+-- stored in `leases` too (summarize()). Returns the units granted and the grant number
+-- (0, 0: none).
+local function share_lease(avail, room, leases, takes, start, window, life, n)
   if life < 1000 or not room then
     return 0, 0
   end
   local granted = math.floor(math.min(want, avail, room))
   if granted > 0 then
     take(takes, start, granted)
-    return granted, record_lease(KEYS[1], granted, now + life, n)
+    local g = record_lease(KEYS[1], granted, now + life, n, granted, 0, start, window)
+    record_life(KEYS[1], g, life)
+    leases[holder] = {granted, now + life, g, granted, 0, start, window, w = {g, life}}
+    return granted, g
   end
   return 0, 0
 end

@@ -19,7 +19,13 @@
 -- Per holder, g:<holder id> = "<window start> <units> <since>" (µs, Redis clock): the
 -- units granted to it in that window (lumps, and the whole units its ended slices
 -- accrued, less what it gave back), and when its current slice started accruing. A
--- field of an earlier window is deleted by the next call.
+-- field of an earlier window is deleted by the next call once its holder's lease is
+-- no longer stored (a slice accrues from `since` until it ends).
+
+-- No slice is granted for less than this (µs): its holder stops spending a slice cut at
+-- its window's end 25 ms before its deadline (src/lease/mod.rs WINDOW_SPARE_US); the
+-- holder asks again in the next window.
+local SLICE_MIN_US = 50000
 
 -- The g: fields among `fields` (read_state()'s): holder → {window start, units, since}.
 local function read_shares(fields)
@@ -48,8 +54,8 @@ end
 -- settle_leases() at `t`, then the whole units each slice that ended accrued (rounded
 -- down: its holder spends whole units, and accrued no more than Redis counts, from the
 -- reply to its own earlier deadline) added to the count of the window it was granted in,
--- the stored one (`st_start`, holding `st_current`). Returns that count, the units
--- given back, and whether any lease ended (the counts are then written).
+-- if that is the stored one (`st_start`, holding `st_current`). Returns that count, the
+-- units given back, and whether any lease ended (the counts are then written).
 local function settle_slices(leases, shares, st_start, st_current, t)
   local slices = {}
   for h, l in pairs(leases) do
@@ -60,7 +66,9 @@ local function settle_slices(leases, shares, st_start, st_current, t)
   local back, _, _, ended = settle_leases(KEYS[1], leases, t)
   for h, l in pairs(slices) do
     local s = shares[h]
-    if leases[h] == nil and s and st_current and s[1] == st_start then
+    -- A lease stored before leases named their window: its holder's share's.
+    local ws = l[6] or (s and s[1])
+    if leases[h] == nil and s and st_current and ws == st_start then
       local a = math.floor(accrued(shares, h, l, t) + 1e-6)
       st_current = st_current + a
       s[2], s.dirty = s[2] + a, true
@@ -80,28 +88,33 @@ local function live_slices(leases, shares)
   return acc, promised
 end
 
--- Adds `units` to the caller's share of the window starting at `start`; `since`: when
--- its new slice starts accruing.
-local function add_share(shares, start, units, since)
-  local s = shares[holder]
+-- Adds `units` to holder `h`'s share (the caller's if nil) of the window starting at
+-- `start`; `since`: when its new slice starts accruing.
+local function add_share(shares, start, units, since, h)
+  h = h or holder
+  local s = shares[h]
   if not s or s[1] ~= start then
     s = {start, 0, since}
-    shares[holder] = s
+    shares[h] = s
   end
   s[2], s[3], s.dirty = math.max(s[2] + units, 0), since, true
 end
 
--- A hot (not saturated) holder's lease: out of `avail` whole units, at most the caller's
--- share of the window's `limit` (so that hosts asking at once get equal parts of it),
--- living `life` µs (at most the rest of the window; no lease under 1 ms); `n` as
--- record_lease()'s. Returns the units granted and the grant number (0, 0: none).
-local function window_lease(avail, leases, asks, life, n, limit)
+-- A hot (not saturated) holder's window lease: out of `avail` whole units, at most the
+-- caller's share of the window's `limit` (so that hosts asking at once get equal parts
+-- of each window), living `life` µs (at most the rest of the window starting at `start`, of `window`
+-- µs; no lease under 1 ms); `n` as record_lease()'s. Returns the units granted and the
+-- grant number (0, 0: none), and stores the lease in `leases`.
+local function window_lease(avail, leases, asks, life, n, limit, start, window)
   if life < 1000 or want <= 0 then
     return 0, 0
   end
   local granted = grant_size(avail, 1, holders(KEYS[1], leases, asks), limit)
   if granted > 0 then
-    return granted, record_lease(KEYS[1], granted, now + life, n)
+    local g = record_lease(KEYS[1], granted, now + life, n, granted, 0, start, window)
+    record_life(KEYS[1], g, life)
+    leases[holder] = {granted, now + life, g, granted, 0, start, window, w = {g, life}}
+    return granted, g
   end
   return 0, 0
 end
@@ -109,10 +122,13 @@ end
 -- A saturated caller's window slice at `now`, `elapsed` µs into the window of `window`
 -- µs starting at `start`, `previous` units in the window before, `avail` whole units left under the
 -- estimate, `promised` the rates of the other live slices, living `life` µs; `n` as
--- record_lease()'s. Returns {lump, grant, cap, rate} (all 0: none).
+-- record_lease()'s. `fits`: the estimate with the live slices' accrual is within the
+-- limit. A rate only keeps the estimate from rising; above the limit (leases of another
+-- window counted whole: place_leases()) none is granted until it has fallen back.
+-- Returns {lump, grant, cap, rate} (all 0: none).
 local function window_slice(shares, leases, asks, start, window, elapsed, previous, limit,
-    avail, promised, life, n)
-  if life < 1000 or want <= 0 then
+    avail, promised, life, n, fits)
+  if life < SLICE_MIN_US or want <= 0 then
     return 0, 0, 0, 0
   end
   local holding = holders(KEYS[1], leases, asks)
@@ -124,28 +140,29 @@ local function window_slice(shares, leases, asks, start, window, elapsed, previo
   local rate = math.min(back_rate / holding, back_rate - promised, want * 1e12 / pace)
   rate = math.max(math.floor(rate), 0)
   local gets = rate * life / 1e12
-  if gets < 1 then
+  if gets < 1 or not fits then
     rate, gets = 0, 0
   end
   if lump < 1 and rate == 0 then
     return 0, 0, 0, 0
   end
-  local cap, grant = lump + math.ceil(gets), 0
-  if rate > 0 then
-    grant = record_lease(KEYS[1], lump, now + life, n, cap, rate)
-  else
-    grant = record_lease(KEYS[1], lump, now + life, n)
-  end
+  local cap = rate > 0 and lump + math.ceil(gets) or lump
+  local grant = record_lease(KEYS[1], lump, now + life, n, cap, rate, start, window)
+  record_life(KEYS[1], grant, life)
+  leases[holder] = {lump, now + life, grant, cap, rate, start, window, w = {grant, life}}
   add_share(shares, start, lump, now)
   return lump, grant, rate > 0 and cap or 0, rate
 end
 
--- Writes the shares changed and deletes those of windows before `start`.
-local function write_shares(shares, start)
+-- Writes the shares changed and deletes those of windows before `start` whose holder's
+-- lease is no longer stored (`leases`).
+local function write_shares(shares, start, leases)
   local gone = {}
   for h, s in pairs(shares) do
     if s[1] ~= start then
-      gone[#gone + 1] = 'g:' .. h
+      if not leases[h] then
+        gone[#gone + 1] = 'g:' .. h
+      end
     elseif s.dirty then
       redis.call('HSET', KEYS[1], 'g:' .. h,
         digits(s[1]) .. ' ' .. digits(s[2]) .. ' ' .. digits(s[3]))

@@ -9,17 +9,18 @@
 -- ARGV[2]  window, µs (a whole number of ms); windows are aligned to the Unix epoch
 -- ARGV[3]  cost, units (integer)
 -- ARGV[4]  optional "now" in µs (tests only): see prelude.lua, prepended to this file
---          (then window_counter.lua).
+--          (then window_counter.lua and window_leases.lua).
 -- ARGV[5]  optional "1": a dry run, the same reply and no write (prelude.lua).
 -- Returns  {allowed 0|1, remaining (floor), reset_ms, wait_ms}
 --
 -- estimate = p × ((window − elapsed) ÷ window) + c; allowed if estimate + cost ≤ limit.
+-- Leases of daemons that take them (field o) are counted as window_leases.lua says.
 -- wait_ms is solved from the weighting and checked by settle() (window_counter.lua).
 -- The key expires 1 s after its current count leaves the weighting, counted on the
 -- node's own clock (prelude expiry()); a DENY or a cost of 0 writes nothing, unless the
 -- rule in force needs the counts longer than their stored expiry (a reload lengthened
 -- the window).
-local s = redis.call('HMGET', KEYS[1], 'w', 'c', 'p', 'x', 'ov')
+local s = redis.call('HMGET', KEYS[1], 'w', 'c', 'p', 'x', 'ov', 'o')
 override(ARGV, s[5])
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
@@ -38,17 +39,22 @@ end
 
 local start = now - math.fmod(now, window)
 local current, previous = roll(st_start, st_current, st_previous, window, start)
+-- What leases may still spend (window_leases.lua) is decided on as if counted.
+local lc, lp, latest = leased(s[6], st_start, start, window)
 local elapsed = now - start
-local allowed = estimate(current, previous, elapsed, window) + cost <= limit
+local allowed = estimate(current + lc, previous + lp, elapsed, window) + cost <= limit
 local write = allowed and cost > 0
 if write then
   current = current + cost
 end
 
-local reset = counter_reset(window, start, current, previous)
+local reset = counter_reset(window, start, current + lc, previous + lp)
+if lc + lp > 0 then
+  reset = math.max(reset, ceil_ms(latest + window - now))
+end
 store(write, st_x, reset, 'w', start, 'c', current, 'p', previous)
 local wait = 0
 if not allowed then
-  wait = counter_wait(limit, window, cost, reset, start, current, previous)
+  wait = counter_wait(limit, window, cost, reset, start, current + lc, previous + lp)
 end
-return tiered({allowed and 1 or 0, math.max(math.floor(limit - estimate(current, previous, elapsed, window)), 0), reset, wait})
+return tiered({allowed and 1 or 0, math.max(math.floor(limit - estimate(current + lc, previous + lp, elapsed, window)), 0), reset, wait})

@@ -7,17 +7,19 @@
 -- ARGV[1]  capacity, micro-tokens (integer; capacity × 1e6)
 -- ARGV[2]  refill rate, tokens/s (= micro-tokens/µs), > 0
 -- ARGV[3]  cost, micro-tokens (integer)
--- ARGV[4]  optional "now" in µs (tests only): see prelude.lua, prepended to this file.
+-- ARGV[4]  optional "now" in µs (tests only): see prelude.lua, prepended to this file
+--          (then bucket_leases.lua).
 -- ARGV[5]  optional "1": a dry run, the same reply and no write (prelude.lua).
 -- Returns  {allowed 0|1, remaining tokens (floor), reset_ms, wait_ms}
 --
--- A new or expired key is full. The key expires 1 s after it would be full again, when
+-- A new or expired key is full. Leases of daemons that take them (field o) hold part of
+-- the capacity and of the refill as bucket_leases.lua says. The key expires 1 s after it would be full again, when
 -- it is indistinguishable from a missing one, counted on the node's own clock (prelude
 -- expiry()); a DENY or a cost of 0 writes nothing, unless the rule in force needs the
 -- state longer than its stored expiry (a reload slowed the refill).
 -- reset_ms / wait_ms are the first whole ms at which the stored bucket is full / holds
 -- `cost`: a closed form, checked against the refill rule by settle() (as in Rust).
-local s = redis.call('HMGET', KEYS[1], 't', 'ts', 'x', 'ov')
+local s = redis.call('HMGET', KEYS[1], 't', 'ts', 'x', 'ov', 'o')
 override(ARGV, s[4])
 local cap = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
@@ -40,7 +42,7 @@ local function tokens_at(t)
   if t < st_ts then
     t = st_ts
   end
-  return math.min(cap, st_tokens + math.floor((t - st_ts) * rate))
+  return (refill_leased(s[5], cap, rate, st_tokens, st_ts, t))
 end
 
 local tokens = tokens_at(now)

@@ -14,7 +14,8 @@ pub const SPEC: Spec = Spec {
         "fw",
         Family::Window {
             max_limit: MAX_LIMIT
-        }
+        },
+        "window_leases"
     )
 };
 

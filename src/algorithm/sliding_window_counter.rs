@@ -28,7 +28,8 @@ pub const SPEC: Spec = Spec {
         Family::Window {
             max_limit: MAX_LIMIT
         },
-        "window_counter"
+        "window_counter",
+        "window_leases"
     )
 };
 

@@ -17,7 +17,8 @@ pub const SPEC: Spec = Spec {
         "tb",
         Family::Bucket {
             rate: "refill_rate"
-        }
+        },
+        "bucket_leases"
     )
 };
 

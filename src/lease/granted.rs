@@ -6,7 +6,7 @@
 
 use super::{
     Granted, LeasedKey, Reported, Request, State, LIFETIME_US, PACE_US, SLICE_SPARE_US, UNIT,
-    WITNESS_GRACE_US,
+    WINDOW_SPARE_US, WITNESS_GRACE_US,
 };
 use std::sync::atomic::Ordering;
 
@@ -131,8 +131,16 @@ impl<H> LeasedKey<H> {
         // one cut short by its window's end is not (the next window's is taken when
         // it ends: renewing it would only bring the same share again).
         s.renews = g.rate > 0 && g.lifetime_us >= ask.lifetime_us;
-        let spare = if s.renews { SLICE_SPARE_US } else { 0 };
+        let spare = if s.renews {
+            SLICE_SPARE_US
+        } else if g.lifetime_us < ask.lifetime_us {
+            // Cut at its window's end: named back before that end in Redis.
+            WINDOW_SPARE_US.min(g.lifetime_us / 2)
+        } else {
+            0
+        };
         let life = g.lifetime_us.saturating_sub(drift + spare);
+        (s.grant_sent, s.grant_got, s.spare) = (sent_us, got_us, spare);
         let current = ask.generation == self.counts.generation.load(Ordering::Relaxed);
         // A lease granted to a call started before a reload is reported, not spent.
         s.deadline_us = if life > 0 && current {

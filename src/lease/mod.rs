@@ -34,9 +34,11 @@
 //! A lease is spent only before its deadline: this host's [`crate::clock::boottime_us`] when it
 //! *sent* the call, plus the lifetime Redis granted, minus [`DRIFT_MARGIN_US`]. Redis's
 //! own deadline started later (when the call arrived), so it always ends after ours; and
-//! a bucket's lease ends in Redis only once a daemon's own monotonic clock has counted
-//! its lifetime since it read the grant (its witness, `lua/lease.lua`), so a forward
-//! jump of Redis's clock does not end it early. Each call sends this host's clock and
+//! a lease ends in Redis only once a daemon's own monotonic clock has counted its
+//! lifetime since it read the grant (its witness, `lua/lease.lua`), so a forward jump of
+//! Redis's clock does not end it early (a window's lease is counted in each window it may
+//! be spent in until then: `lua/lease_window.lua`). A window's lease cut at its window's
+//! end is spent until [`WINDOW_SPARE_US`] before that. Each call sends this host's clock and
 //! the key's last grant number it read ([`Request::mono_us`], [`Request::seen`]). A call that gives a lease back ends it at
 //! once, before it is sent. A key idle for [`IDLE_RETURN_US`], or whose lump lease ends
 //! within [`RENEW_AHEAD_US`], gives back what it holds ([`Book::sweep`]).
@@ -48,10 +50,12 @@
 //! units of the grant a call names; any other grant lapses as spent.
 
 mod book;
+mod call;
 mod granted;
 mod state;
 
 pub use book::{new_holder_id, Book, Sizes};
+pub use call::{Granted, Reported, Request};
 
 use book::Counts;
 use state::State;
@@ -82,6 +86,11 @@ pub const DRIFT_MARGIN_US: u64 = 1000 + LIFETIME_US / 1000;
 /// it, the buckets that refill in 20 ms or less used about a tenth less of the rule
 /// (`tests/serial/leases/shapes.rs`).
 pub const SLICE_SPARE_US: u64 = 500_000;
+/// A window's lease cut at its window's end is spent for this much less (at most half
+/// its life), µs, so that its holder names it back before the window ends in Redis: a
+/// lease still stored when the next window starts is counted in that one too, whole
+/// (its holder might be spending it past a forward jump of Redis's clock).
+pub const WINDOW_SPARE_US: u64 = 25_000;
 /// A witness that could end another holder's lease calls the key this long after it
 /// could, if no call of its own came first, µs. A saturated witness renews its slice
 /// sooner, and that call ends the lease; calling at once instead cost ten daemons
@@ -102,90 +111,6 @@ pub const FORGET_EVERY_US: u64 = 1_000_000;
 /// µ-units per unit of a rule: a lease's units are counted in µ-units on the holder (a
 /// slice refills by fractions of a unit).
 pub const UNIT: u64 = 1_000_000;
-
-/// What one lease call asks of Redis (besides the request it decides).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
-    /// This daemon's holder id (random per process).
-    pub holder: Arc<str>,
-    /// The grant given back (0: none).
-    pub given_back: i64,
-    /// µ-units of that grant not spent (a slice's refill until the call included).
-    pub unspent: u64,
-    /// µ-units wanted in a new lease (0: none).
-    pub want: u64,
-    /// Lifetime asked, µs.
-    pub lifetime_us: u64,
-    /// 0, or (saturated) how often this host asks, µs: Redis grants a bucket's holder a
-    /// slice, its share of the capacity and of the refill rate.
-    pub pace_us: u64,
-    /// The book's reload generation when the call started (not sent: a lease granted
-    /// to a call started before a reload is not spent).
-    pub generation: u64,
-    /// This host's [`crate::clock::boottime_us`] when the call is sent (0: not sent, the
-    /// call cannot witness a lease).
-    pub mono_us: u64,
-    /// The key's highest grant number this host read in a reply before sending the call
-    /// (0: none): a lease of a grant up to it was made before the call was sent.
-    pub seen: i64,
-    /// This host's clock when it read the reply that showed it `seen`, µs.
-    pub seen_at: u64,
-}
-
-impl Request {
-    /// A call that gives nothing back and asks for nothing (a cold key's decision).
-    pub fn cold(holder: &Arc<str>) -> Request {
-        Request {
-            holder: Arc::clone(holder),
-            given_back: 0,
-            unspent: 0,
-            want: 0,
-            lifetime_us: LIFETIME_US,
-            pace_us: 0,
-            generation: 0,
-            mono_us: 0,
-            seen: 0,
-            seen_at: 0,
-        }
-    }
-}
-
-/// What Redis granted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Granted {
-    /// µ-units handed over now (0: none).
-    pub units: u64,
-    /// Lifetime granted, µs (counted on the holder's clock from when it sent the call).
-    pub lifetime_us: u64,
-    /// The grant's number, to give it back with (0: no lease).
-    pub grant: i64,
-    /// µ-units of the grant the call named that went back to the key's budget (the rest
-    /// of its unspent units lapsed).
-    pub returned: u64,
-    /// A slice: the µ-units the holder's own bucket may hold (0: a lump lease, `units`).
-    pub cap: u64,
-    /// A slice: its refill, µ-units/s, from the reply until the deadline.
-    pub rate: u64,
-    /// The key's last grant number (any holder's) after the call.
-    pub last_grant: i64,
-    /// 0, or this host's clock (µs) from when it could end, in Redis, a lease of
-    /// another holder it is the witness of: it calls the key again then.
-    pub witness_due: u64,
-}
-
-/// What the call's decision reported besides the grant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Reported {
-    /// Units the key could still take in Redis.
-    pub remaining: u64,
-    /// ms until the key is fully unused.
-    pub reset_ms: u64,
-    /// On DENY, ms until the request could pass in Redis (0 on ALLOW).
-    pub wait_ms: u64,
-    /// Redis decided under a run-time override (`OVERRIDE`) and granted nothing: the key
-    /// is decided per request while it lasts.
-    pub overridden: bool,
-}
 
 /// What a request gets from the key's lease state before any call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -326,7 +251,7 @@ impl<H> LeasedKey<H> {
         if !hot {
             return (ask, flight);
         }
-        (ask.given_back, ask.unspent) = s.report(now);
+        s.report(now, &mut ask);
         if s.overridden {
             // Redis would grant nothing: the lease is given back, nothing asked.
             return (ask, flight);
@@ -379,7 +304,7 @@ impl<H> LeasedKey<H> {
                 });
             }
         }
-        (ask.given_back, ask.unspent) = s.report(now);
+        s.report(now, &mut ask);
         Some((ask, self.fly(&mut s)))
     }
 

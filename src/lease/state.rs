@@ -23,6 +23,11 @@ pub(super) struct State {
     pub(super) renews: bool,
     /// Our clock (µs) up to which the slice's refill is in `units`.
     pub(super) accrued_at: u64,
+    /// The grant's call: our clock when it was sent and its reply read, and how much
+    /// before its lifetime we stop spending it, µs (sent back with it: `Request`).
+    pub(super) grant_sent: u64,
+    pub(super) grant_got: u64,
+    pub(super) spare: u64,
     pub(super) slot_start: u64,
     pub(super) slot_units: u64,
     pub(super) prev_units: u64,
@@ -122,14 +127,18 @@ impl State {
     }
 
     /// Stops spending the lease at `now` (its unspent units, a slice's refill until now
-    /// included, are final) and says how to name it back: (grant, unspent µ-units),
-    /// (0, 0) for none.
-    pub(super) fn report(&mut self, now: u64) -> (i64, u64) {
+    /// included, are final) and names it back in `ask`: its grant (0: none), unspent
+    /// µ-units, and when its call was sent and answered and how early it stopped.
+    pub(super) fn report(&mut self, now: u64, ask: &mut super::Request) {
         self.accrue(now);
         self.deadline_us = 0;
         if self.grant == 0 {
             self.units = 0;
         }
-        (self.grant, self.units)
+        (ask.given_back, ask.unspent) = (self.grant, self.units);
+        if self.grant != 0 {
+            (ask.grant_sent_us, ask.grant_got_us) = (self.grant_sent, self.grant_got);
+            ask.spare_us = self.spare;
+        }
     }
 }

@@ -315,7 +315,9 @@ fn a_window_slice_is_spent_until_its_window_ends_and_not_renewed() {
     s.granted(t, t, &ask, slice, rep(0, 10));
     drop(flight);
     assert!(matches!(s.spend(1, t, true), Local::Taken { .. }));
-    let deadline = t + life - (1000 + life / 1000);
+    // Spent until WINDOW_SPARE_US before its lifetime (less the drift margin): named
+    // back before its window ends in Redis.
+    let deadline = t + life - (1000 + life / 1000) - WINDOW_SPARE_US;
     // Short near its deadline: DENY from the slice until it holds the cost, no call.
     let near = deadline - SLICE_RENEW_US / 2;
     while matches!(s.spend(1, near, true), Local::Taken { .. }) {}
@@ -330,6 +332,11 @@ fn a_window_slice_is_spent_until_its_window_ends_and_not_renewed() {
     ));
     let (next, _flight) = s.begin(1, 1000, true, deadline, &holder());
     assert_eq!((next.given_back, next.pace_us), (7, PACE_US));
+    // Named back with when its call was sent and answered, and the spare.
+    assert_eq!(
+        (next.grant_sent_us, next.grant_got_us, next.spare_us),
+        (t, t, WINDOW_SPARE_US)
+    );
 }
 
 #[test]

@@ -303,6 +303,17 @@ impl<S: Store> Limiter<S> {
         });
     }
 
+    /// The parameters a give-back of a lease taken under `rule` is sent with: those of
+    /// the rule of that name in force now (a reload may have changed its window: a call
+    /// with the old one would roll the key's counts to the old windows), or `rule`'s if
+    /// it is gone (nothing decides its keys any more).
+    fn params_in_force(&self, rule: &Rule) -> crate::algorithm::Params {
+        match self.rules.load().get(&rule.name) {
+            Some(now) if now.rule.params.kind() == rule.params.kind() => now.rule.params,
+            _ => rule.params,
+        }
+    }
+
     /// Gives back, one call each, the grants [`crate::lease::LeasedKey::give_back`]
     /// names. One whose call fails, or whose primary is not asked now, stays in the book
     /// and is named again at the next call or sweep.
@@ -325,7 +336,7 @@ impl<S: Store> Limiter<S> {
             let Some((request, _flight)) = slot.give_back(now, &self.leases.holder) else {
                 continue;
             };
-            let (key, params) = (slot.home.key.clone(), slot.home.rule.params);
+            let (key, params) = (slot.home.key.clone(), self.params_in_force(&slot.home.rule));
             if let Ok((o, g)) = redis
                 .lease(route, key, params, 0, request.clone(), ())
                 .await

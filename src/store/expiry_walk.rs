@@ -378,16 +378,8 @@ impl RedisStore {
         let key = StoreKey(fred::types::Key::from(key));
         let outcome = if rule.lease {
             let ask = Request {
-                holder: Arc::clone(&self.holder),
-                given_back: 0,
-                unspent: 0,
-                want: 0,
                 lifetime_us: 0,
-                pace_us: 0,
-                generation: 0,
-                mono_us: 0,
-                seen: 0,
-                seen_at: 0,
+                ..Request::cold(&self.holder)
             };
             self.lease_unbounded(primary, &key, &rule.params, 0, &ask)
                 .await

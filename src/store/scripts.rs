@@ -256,8 +256,9 @@ pub fn outcome(reply: &[i64]) -> Result<Outcome, Error> {
 
 /// The lease script's arguments: the decision's three, `""` for "now" (Redis TIME), then
 /// the lease's (holder, grant given back, unspent, wanted, lifetime µs, pace µs, this
-/// host's monotonic clock µs or `""`, the key's last grant read and when, µs or `""`),
-/// the
+/// host's monotonic clock µs or `""`, the key's last grant read and when, µs or `""`,
+/// when the call that took the grant given back was sent and answered, µs or `""`, and
+/// how long before its lifetime it stopped being spent, µs), the
 /// holder's µ-units in the algorithm's units (µ-tokens for buckets, whole units, floored,
 /// for windows).
 pub fn lease_args(params: &Params, cost: u32, ask: &Request) -> Vec<Value> {
@@ -280,11 +281,16 @@ pub fn lease_args(params: &Params, cost: u32, ask: &Request) -> Vec<Value> {
         Value::Integer(i64::try_from(ask.mono_us).unwrap_or(i64::MAX))
     });
     args.push(Value::Integer(ask.seen));
-    args.push(if ask.seen_at == 0 {
-        Value::from("")
-    } else {
-        Value::Integer(i64::try_from(ask.seen_at).unwrap_or(i64::MAX))
-    });
+    for us in [ask.seen_at, ask.grant_sent_us, ask.grant_got_us] {
+        args.push(if us == 0 {
+            Value::from("")
+        } else {
+            Value::Integer(i64::try_from(us).unwrap_or(i64::MAX))
+        });
+    }
+    args.push(Value::Integer(
+        i64::try_from(ask.spare_us).unwrap_or(i64::MAX),
+    ));
     args
 }
 

@@ -18,7 +18,7 @@ use reference::{Algo, Model};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-fn redis() -> &'static RedisStandalone {
+pub(crate) fn redis() -> &'static RedisStandalone {
     static REDIS: OnceLock<RedisStandalone> = OnceLock::new();
     REDIS.get_or_init(RedisStandalone::start)
 }
@@ -31,15 +31,19 @@ const UNIT: u64 = 1_000_000;
 /// One holder's lease as a daemon keeps it (`src/lease/state.rs`).
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Holder {
-    grant: i64,
+    pub(crate) grant: i64,
     /// µ-units unspent.
-    units: u64,
+    pub(crate) units: u64,
     cap: u64,
     /// µ-units/s.
-    rate: u64,
+    pub(crate) rate: u64,
     accrued_at: u64,
     /// Spent only before this (µs).
-    deadline: u64,
+    pub(crate) deadline: u64,
+    /// When the call that took it was sent (and answered: at once here), and how long
+    /// before its lifetime it stops being spent (µs), named back with it.
+    sent: u64,
+    spare: u64,
 }
 
 impl Holder {
@@ -69,13 +73,19 @@ impl Holder {
 /// The key under test: the script, its rule and the holders.
 pub(crate) struct Key {
     kind: Kind,
-    name: String,
+    pub(crate) name: String,
     limit: u64,
     window: u64,
     pub(crate) holders: Vec<Holder>,
+    /// How far Redis's clock is ahead of the holders', µs (a forward jump).
+    pub(crate) ahead: u64,
+    /// Per holder, the key's last grant it read in a reply and when (its clock): a
+    /// call names its caller the witness of leases up to it (lua/lease.lua).
+    seen: Vec<(i64, u64)>,
 }
 
 impl Key {
+    /// A key of algorithm `kind`'s lease script.
     pub(crate) fn new(kind: Kind, limit: u64, window: u64, hosts: usize) -> Key {
         Key {
             kind,
@@ -83,12 +93,14 @@ impl Key {
             limit,
             window,
             holders: vec![Holder::default(); hosts],
+            ahead: 0,
+            seen: vec![(0, 0); hosts],
         }
     }
 
     /// Holder `h`'s call at `now`: decides `cost`, gives its lease back (its unspent
     /// whole units), asks for `want` units (`pace`: saturated). Returns the decision.
-    fn call(&mut self, h: usize, now: u64, cost: u64, want: u64, pace: u64) -> bool {
+    pub(crate) fn call(&mut self, h: usize, now: u64, cost: u64, want: u64, pace: u64) -> bool {
         self.reply(h, now, cost, want, pace)[0] == 1
     }
 
@@ -101,25 +113,61 @@ impl Key {
         want: u64,
         pace: u64,
     ) -> Vec<i64> {
+        self.reply_in(self.window, h, now, cost, want, pace)
+    }
+
+    /// [`Key::call`] with a rule of `window` µs; `now` is the holder's clock, Redis's
+    /// is [`Key::ahead`] of it.
+    pub(crate) fn call_in(
+        &mut self,
+        window: u64,
+        h: usize,
+        now: u64,
+        cost: u64,
+        want: u64,
+        pace: u64,
+    ) -> bool {
+        self.reply_in(window, h, now, cost, want, pace)[0] == 1
+    }
+
+    /// [`Key::call_in`], returning the whole reply.
+    pub(crate) fn reply_in(
+        &mut self,
+        window: u64,
+        h: usize,
+        now: u64,
+        cost: u64,
+        want: u64,
+        pace: u64,
+    ) -> Vec<i64> {
         let script = ratelimitd::store::scripts::lease_lua(self.kind).expect("a lease script");
         let mine = &mut self.holders[h];
         mine.accrue(now);
         let (given, unspent) = (mine.grant, mine.units / UNIT);
         let lifetime = if pace > 0 { 2_000_000 } else { 1_000_000 };
+        let (seen, seen_at) = self.seen[h];
+        let (sent, spare) = if given != 0 {
+            (mine.sent.to_string(), mine.spare.to_string())
+        } else {
+            (String::new(), "0".into())
+        };
         let args: Vec<String> = vec![
             self.limit.to_string(),
-            self.window.to_string(),
+            window.to_string(),
             cost.to_string(),
-            now.to_string(),
+            (now + self.ahead).to_string(),
             format!("h{h}"),
             given.to_string(),
             unspent.to_string(),
             want.to_string(),
             lifetime.to_string(),
             pace.to_string(),
-            String::new(),
-            "0".into(),
-            String::new(),
+            now.to_string(),
+            seen.to_string(),
+            seen_at.to_string(),
+            sent.clone(),
+            sent,
+            spare,
         ];
         let mut cmd = vec!["EVAL", script, "1", &self.name];
         cmd.extend(args.iter().map(String::as_str));
@@ -127,19 +175,48 @@ impl Key {
             .expect("EVAL")
             .into_ints();
         assert_eq!(r.len(), 12, "{r:?}");
+        if r[10] > seen {
+            self.seen[h] = (r[10], now);
+        }
+        let mine = &mut self.holders[h];
         *mine = Holder::default();
         if want > 0 && r[6] > 0 {
             let life = r[5] as u64;
+            // A lease cut at its window's end is spent a little less (WINDOW_SPARE_US).
+            let spare = if life < lifetime {
+                (life / 2).min(25_000)
+            } else {
+                0
+            };
             *mine = Holder {
                 grant: r[6],
                 units: r[4] as u64 * UNIT,
                 cap: (r[8] as u64 * UNIT).max(r[4] as u64 * UNIT),
                 rate: r[9] as u64,
                 accrued_at: now,
-                deadline: (now + life).saturating_sub(1000 + life / 1000),
+                deadline: (now + life).saturating_sub(1000 + life / 1000 + spare),
+                sent: now,
+                spare,
             };
         }
         r
+    }
+
+    /// A decision of `cost` at `now` by the per-request script, the rule's window being
+    /// `window` µs (a daemon with `lease = "off"`).
+    pub(crate) fn plain(&self, window: u64, now: u64, cost: u64) -> bool {
+        let args = [
+            self.limit.to_string(),
+            window.to_string(),
+            cost.to_string(),
+            (now + self.ahead).to_string(),
+        ];
+        let mut cmd = vec!["EVAL", self.kind.spec().lua, "1", &self.name];
+        cmd.extend(args.iter().map(String::as_str));
+        let r = redis_command(&redis().addr(), &cmd)
+            .expect("EVAL")
+            .into_ints();
+        r[0] == 1
     }
 }
 

@@ -171,6 +171,14 @@ impl Model {
         ms.ceil() as i64 + 2
     }
 
+    /// Whether `cost` units at `now` µs pass the rule; recorded as admitted either way
+    /// (windows only: a unit another rule admitted still counts under this one).
+    pub fn admit(&mut self, now: f64, cost: u64) -> bool {
+        let allowed = self.allows(now, cost);
+        self.admitted.push((now, cost as f64));
+        allowed
+    }
+
     /// Decides `cost` units at `now` µs (times never go backwards in the traces).
     pub fn decide(&mut self, now: f64, cost: u64) -> Fields {
         let allowed = self.allows(now, cost);

@@ -31,10 +31,7 @@ impl Setup {
     pub fn start_n(daemons: usize, cluster: impl FnOnce() -> RedisCluster, rules: &str) -> Setup {
         let one_at_a_time = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let cluster = cluster();
-        let config = format!(
-            "[redis]\nmode = \"cluster\"\nnodes = {}\ntimeout_ms = 150\nprefix = \"rl\"\n\n[fallback]\nhosts = \"auto\"\n\n{rules}",
-            toml_str_array(&cluster.addrs())
-        );
+        let config = config_of(&cluster, rules);
         let daemons: Vec<Daemon> = (0..daemons).map(|_| Daemon::start(&config)).collect();
         // Every daemon's heartbeat has counted the others (HEARTBEAT_EVERY = 1 s).
         thread::sleep(Duration::from_millis(2500));
@@ -45,6 +42,12 @@ impl Setup {
         }
     }
 
+    /// Daemon `i` reloads (SIGHUP) with `rules` in place of its own.
+    pub fn reload(&self, i: usize, rules: &str) {
+        self.daemons[i].write_config(&config_of(&self.cluster, rules));
+        self.daemons[i].signal(libc::SIGHUP);
+    }
+
     /// EVALSHA calls so far, summed over the primaries.
     pub fn script_calls(&self) -> u64 {
         self.cluster
@@ -53,6 +56,14 @@ impl Setup {
             .map(|a| evalsha_calls(a))
             .sum()
     }
+}
+
+/// A daemon's config on `cluster` with `rules`.
+fn config_of(cluster: &RedisCluster, rules: &str) -> String {
+    format!(
+        "[redis]\nmode = \"cluster\"\nnodes = {}\ntimeout_ms = 150\nprefix = \"rl\"\n\n[fallback]\nhosts = \"auto\"\n\n{rules}",
+        toml_str_array(&cluster.addrs())
+    )
 }
 
 /// Decisions load threads saw: (phase, verdict, source) → count. The phase is what the

@@ -19,8 +19,10 @@ mod harness;
 mod migration;
 mod outage;
 mod overrides;
+mod reload;
 mod shapes;
 mod stalled;
+mod window_jump;
 mod windows;
 
 use common::*;
