@@ -147,3 +147,14 @@ local function give_back(leases, count, start)
   back = math.min(back, count)
   return count - back, returned, back
 end
+
+-- Stores a new window lease of the caller: `granted` units until `now + life`, of the
+-- window starting at `start` of length `window`, its life recorded for a witness
+-- (lease.lua record_life()) and the lease put in `leases` (for summarize()); `n` as
+-- record_lease()'s. Returns its grant number.
+local function store_window_lease(leases, granted, life, n, start, window)
+  local g = record_lease(KEYS[1], granted, now + life, n, granted, 0, start, window)
+  record_life(KEYS[1], g, life)
+  leases[holder] = {granted, now + life, g, granted, 0, start, window, w = {g, life}}
+  return g
+end

@@ -132,10 +132,7 @@ local function share_lease(avail, room, leases, takes, start, window, life, n)
   local granted = math.floor(math.min(want, avail, room))
   if granted > 0 then
     take(takes, start, granted)
-    local g = record_lease(KEYS[1], granted, now + life, n, granted, 0, start, window)
-    record_life(KEYS[1], g, life)
-    leases[holder] = {granted, now + life, g, granted, 0, start, window, w = {g, life}}
-    return granted, g
+    return granted, store_window_lease(leases, granted, life, n, start, window)
   end
   return 0, 0
 end

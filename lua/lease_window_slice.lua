@@ -111,10 +111,7 @@ local function window_lease(avail, leases, asks, life, n, limit, start, window)
   end
   local granted = grant_size(avail, 1, holders(KEYS[1], leases, asks), limit)
   if granted > 0 then
-    local g = record_lease(KEYS[1], granted, now + life, n, granted, 0, start, window)
-    record_life(KEYS[1], g, life)
-    leases[holder] = {granted, now + life, g, granted, 0, start, window, w = {g, life}}
-    return granted, g
+    return granted, store_window_lease(leases, granted, life, n, start, window)
   end
   return 0, 0
 end
