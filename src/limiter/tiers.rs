@@ -140,6 +140,44 @@ fn admits_at_least(from: &Algorithm, to: &Algorithm) -> bool {
         }
 }
 
+/// The record `OVERRIDE` writes for `params` on `base` (`None`: a clear) with the
+/// overridden algorithm, for `ttl_ms`.
+///
+/// # Errors
+/// [`CheckError::Override`]: a bad parameter, or one admitting less than a leased rule
+/// ([`admits_at_least`]).
+fn record_of(
+    base: &crate::config::Rule,
+    params: &[(&str, &str)],
+    ttl_ms: Option<u64>,
+) -> Result<Option<(TierRecord, Algorithm)>, CheckError> {
+    Ok(if params.is_empty() {
+        None
+    } else {
+        let algorithm = overrides::run_time(base, params).map_err(refused)?;
+        if base.lease && !admits_at_least(&base.algorithm, &algorithm) {
+            return Err(refused(format!(
+                "rule '{}' takes leases (lease = \"auto\"): a run-time override of it may only raise capacity and the rate, or a window's limit over the same window, since leases already out are spent on top of it; lower a key with a [[rule.override]] or with lease = \"off\"",
+                base.name
+            )));
+        }
+        let tiered = base.with_algorithm(algorithm);
+        let args = scripts::args(&tiered.params, 0);
+        let [a, b, ..] = &args[..] else {
+            return Err(refused("the algorithm takes no parameters".into()));
+        };
+        Some((
+            TierRecord {
+                args: [a.clone(), b.clone()],
+                tier: Tier::of(&algorithm),
+                text: overrides::text(&algorithm),
+                ttl_ms,
+            },
+            algorithm,
+        ))
+    })
+}
+
 /// A refused `OVERRIDE` whose rule cannot take one.
 fn refused(why: String) -> CheckError {
     CheckError::Override { message: why }
@@ -183,31 +221,7 @@ impl<S: Store> Limiter<S> {
         if base.params.kind() == Kind::Concurrency {
             return Err(refused(format!("rule '{}' is a concurrency rule: OVERRIDE changes the rate algorithms' parameters (capacity, refill_rate, leak_rate, limit, window), not limit or max_hold of slots", base.name)));
         }
-        let record = if params.is_empty() {
-            None
-        } else {
-            let algorithm = overrides::run_time(base, params).map_err(refused)?;
-            if base.lease && !admits_at_least(&base.algorithm, &algorithm) {
-                return Err(refused(format!(
-                    "rule '{}' takes leases (lease = \"auto\"): a run-time override of it may only raise capacity and the rate, or a window's limit over the same window, since leases already out are spent on top of it; lower a key with a [[rule.override]] or with lease = \"off\"",
-                    base.name
-                )));
-            }
-            let tiered = base.with_algorithm(algorithm);
-            let args = scripts::args(&tiered.params, 0);
-            let [a, b, ..] = &args[..] else {
-                return Err(refused("the algorithm takes no parameters".into()));
-            };
-            Some((
-                TierRecord {
-                    args: [a.clone(), b.clone()],
-                    tier: Tier::of(&algorithm),
-                    text: overrides::text(&algorithm),
-                    ttl_ms,
-                },
-                algorithm,
-            ))
-        };
+        let record = record_of(base, params, ttl_ms)?;
         let Some(redis) = &self.redis else {
             return Err(refused(
                 "redis.mode = \"none\": overrides live in Redis; use [[rule.override]]".into(),
