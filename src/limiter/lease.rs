@@ -109,34 +109,53 @@ impl<S: Store> Limiter<S> {
                 };
                 entry.sent(key, key_bytes, now_us);
                 Check::Redis(Box::pin(async move {
-                    let rule = Arc::clone(&base.rule);
-                    // A key on the per-request path (cold, or the book full): counted in
-                    // flight while its call runs, so that it stays in the book.
-                    let sent_us = boottime_us();
-                    let (request, _flight) = match &slot {
-                        Some(s) => {
-                            let (r, f) = s.begin(0, 0, false, sent_us, &this.leases.holder);
-                            (r, Some(f))
-                        }
-                        None => (Request::cold(&this.leases.holder), None),
-                    };
-                    let at = redis_key.clone();
-                    let call =
-                        redis.lease(route, at, rule.params, cost, request.clone(), in_flight);
-                    let answer = call.await;
-                    if let (Some(s), Ok((o, g))) = (&slot, &answer) {
-                        s.granted(sent_us, boottime_us(), &request, *g, reported(o));
-                        this.leases.kept(key, s);
-                    }
                     let rules = Rules {
                         base: &base,
                         seen: &entry.rule,
                     };
-                    let d = this.answered(rules, key, cost, &redis_key, answer.map(|(o, _)| o));
+                    let d = this
+                        .per_request_call(
+                            rules, &redis, route, slot, redis_key, key, cost, in_flight,
+                        )
+                        .await;
                     this.record(&entry, key, d)
                 }))
             }
         }
+    }
+
+    /// A request of a key on the per-request path (cold, or the book full): one lease
+    /// script call that takes no lease, the key counted in flight while it runs so that
+    /// it stays in the book, and the decision from its answer.
+    #[allow(clippy::too_many_arguments)]
+    async fn per_request_call(
+        self: &Arc<Self>,
+        rules: Rules<'_>,
+        redis: &Arc<S>,
+        route: S::Route,
+        slot: Option<Arc<LeasedKey<Home<S>>>>,
+        redis_key: S::Key,
+        key: u64,
+        cost: u32,
+        in_flight: crate::admission::CallPermit,
+    ) -> Decision {
+        let rule = Arc::clone(&rules.base.rule);
+        let sent_us = boottime_us();
+        let (request, _flight) = match &slot {
+            Some(s) => {
+                let (r, f) = s.begin(0, 0, false, sent_us, &self.leases.holder);
+                (r, Some(f))
+            }
+            None => (Request::cold(&self.leases.holder), None),
+        };
+        let at = redis_key.clone();
+        let call = redis.lease(route, at, rule.params, cost, request.clone(), in_flight);
+        let answer = call.await;
+        if let (Some(s), Ok((o, g))) = (&slot, &answer) {
+            s.granted(sent_us, boottime_us(), &request, *g, reported(o));
+            self.leases.kept(key, s);
+        }
+        self.answered(rules, key, cost, &redis_key, answer.map(|(o, _)| o))
     }
 
     /// A hot key's request that its lease cannot settle: waits for the key's call in
