@@ -37,7 +37,11 @@ trap 'rm -rf "$work"' EXIT
 if [ -n "${1:-}" ]; then
   deb=$1
 else
-  cargo deb --fast --output "$work" >&2 || fail "cargo deb"
+  # DEB_NO_BUILD=1: package target/release/ratelimitd as built (tests/run.sh builds it
+  # once for every leg that runs the release daemon).
+  no_build=()
+  if [ "${DEB_NO_BUILD:-0}" = 1 ] && [ -x target/release/ratelimitd ]; then no_build=(--no-build); fi
+  cargo deb --fast ${no_build[@]+"${no_build[@]}"} --output "$work" >&2 || fail "cargo deb"
   deb=$(ls "$work"/ratelimitd_*.deb)
 fi
 log "$(basename "$deb") ($(du -h "$deb" | cut -f1)), ready after $((SECONDS - start)) s"

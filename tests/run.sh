@@ -16,6 +16,15 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 log() { printf 'tests/run.sh: %s\n' "$*" >&2; }
 
+# Each leg's wall time, printed at the end (where CI's time goes): timed NAME marks the
+# end of leg NAME, begun where the previous one ended.
+leg_times=()
+leg_began=$SECONDS
+timed() {
+  leg_times+=("$1 $((SECONDS - leg_began)) s")
+  leg_began=$SECONDS
+}
+
 missing_pkgs=()
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
   missing_pkgs+=(redis-server redis-tools)
@@ -133,6 +142,7 @@ done
 go_bin=$(bash clients/go/find_go.sh) || { log "no Go >= 1.21 after install (the Go client needs one)"; exit 1; }
 log "using $("$go_bin" version) ($go_bin)"
 log "using $(redis-server --version | head -n1) (the Valkey leg at the end says its own)"
+timed "tools installed"
 
 # Unit, property and integration tests (tests/it/, tests/serial/ and tests/*.rs start
 # their own Redis servers), and the tools' self-tests (--workspace: tools/ too). The
@@ -147,6 +157,7 @@ cargo test --workspace --all-targets --no-fail-fast "$@" 2>&1 | tee "$out" || ca
 totals=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
               END { printf "%d %d", p, f }' "$out")
 read -r passed failed <<<"$totals"
+timed "cargo test (build included)"
 if [ "$cargo_rc" != 0 ] && [ "$failed" -eq 0 ]; then
   log "cargo test failed without a failed test (see its output above)"
   failed=1
@@ -155,20 +166,34 @@ fi
 # Client libraries (clients/: Python, Node.js, Go, PHP, shell), each against a real
 # daemon; counted into the total, and a failure fails this script.
 clients_rc=0
-bash clients/run_tests.sh 2>&1 | tee "$out" || clients_rc=1
+# The debug daemon `cargo test` built above (clients/run_tests.sh's own `cargo build`
+# would compile it again, without the test targets' dev-dependency features).
+debug_bin=$PWD/${CARGO_TARGET_DIR:-target}/debug/ratelimitd
+[ -x "$debug_bin" ] || debug_bin=
+RATELIMITD_BIN=${RATELIMITD_BIN:-$debug_bin} bash clients/run_tests.sh 2>&1 | tee "$out" || clients_rc=1
 read -r cp cf < <(sed -n 's/^clients: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$out") || true
 passed=$((passed + ${cp:-0}))
 failed=$((failed + ${cf:-1}))
+timed clients
 
-# The Debian package: cargo deb builds it, tests/deb.sh checks its contents (one
-# more test in the total). RATELIMITD_SKIP_DEB=1 skips it while iterating.
+# One release build of the daemon serves every leg below that runs it (the package, the
+# surge, the flood, the chaos suite). Built as the chaos suite's test target builds it:
+# a test target's build adds its dev-dependencies' features to the crates the daemon
+# shares with them, so `cargo build --release` and then chaos/run.sh would compile the
+# daemon and those crates twice.
+cargo test --release --test chaos --no-run --quiet
+timed "release build"
+
+# The Debian package: cargo deb packages that binary, tests/deb.sh checks its contents
+# (one more test in the total). RATELIMITD_SKIP_DEB=1 skips it while iterating.
 if [ "${RATELIMITD_SKIP_DEB:-0}" != 1 ]; then
-  if bash tests/deb.sh; then
+  if DEB_NO_BUILD=1 bash tests/deb.sh; then
     passed=$((passed + 1))
   else
     log "tests/deb.sh failed"
     failed=$((failed + 1))
   fi
+  timed deb
 fi
 
 # count_suite NAME: adds the "NAME: N passed, M failed[, K skipped]" line of "$out" to
@@ -186,29 +211,34 @@ count_suite() {
 # recovery). It says why it skips where Envoy cannot be installed or run.
 bash tests/envoy-e2e/run.sh 2>&1 | tee "$out" || true
 count_suite envoy-e2e
+timed envoy-e2e
 
 # Screenshots of both pages stay in target/browser/ (CI artefacts).
 bash tests/browser/run.sh 2>&1 | tee "$out" || true
 count_suite browser
+timed browser
 
 # The Prometheus alert rules (tests/promtool.sh): promtool check rules, and promtool test
 # rules with conf/prometheus/ratelimitd-rules.test.yml. Counted as "promtool: ...".
 bash tests/promtool.sh 2>&1 | tee "$out" || true
 count_suite promtool
+timed promtool
 
 # The Kubernetes manifests (tests/kubernetes/run.sh): deploy/kubernetes/ against a pinned
 # Kubernetes version's schemas (kubernetes-validate from PyPI, in a venv), what they
 # promise, and their ConfigMaps run for real (redis-server, the daemon, the PING probe).
 bash tests/kubernetes/run.sh 2>&1 | tee "$out" || true
 count_suite kubernetes
+timed kubernetes
 
 # The package under a real systemd (tests/systemd-real.sh boots Debian in a container
 # with systemd-nspawn: install, socket activation as a client group member, restart,
 # reload, watchdog, reboot, remove and purge). It says why it skips where the machine
 # cannot boot a container. RATELIMITD_SKIP_DEB=1 skips it too.
 if [ "${RATELIMITD_SKIP_DEB:-0}" != 1 ]; then
-  bash tests/systemd-real.sh 2>&1 | tee "$out" || true
+  RLD_BIN=$PWD/target/release/ratelimitd bash tests/systemd-real.sh 2>&1 | tee "$out" || true
   count_suite systemd-real
+  timed systemd-real
 fi
 
 # The surge experiment, short (examples/surge/ci.sh): 100 riders against a
@@ -218,6 +248,7 @@ if [ "${SURGE:-1}" != 0 ]; then
   [ -x target/release/ratelimitd ] || cargo build --release --quiet --bin ratelimitd
   RATELIMITD_BIN=$PWD/target/release/ratelimitd bash examples/surge/ci.sh 2>&1 | tee "$out" || true
   count_suite surge
+  timed surge
 fi
 
 # The eviction flood at full size (tests/it/eviction.rs; the debug run above floods 10^6
@@ -236,6 +267,7 @@ if [ "${FLOOD:-1}" != 0 ]; then
   printf 'flood: %d passed, %d failed\n' "$fp" "$ff"
   passed=$((passed + fp))
   failed=$((failed + ff))
+  timed flood
 fi
 
 # The chaos suite (chaos/run.sh, chaos/README.md): Redis killed, frozen, failed
@@ -251,6 +283,7 @@ if [ "${CHAOS:-1}" != 0 ]; then
   if [ "$chaos_status" -ne 0 ] && [ "$chaos_failed" -eq 0 ]; then chaos_failed=1; fi
   passed=$((passed + chaos_passed))
   failed=$((failed + chaos_failed))
+  timed chaos
 fi
 
 # The same server-facing suites a second time against Valkey 8 (tests/common/process.rs:
@@ -260,9 +293,14 @@ fi
 # concurrency slots; TLS + ACL with Sentinel; Redis'
 # refusals (their error texts); one standalone server; the scripts against their
 # reference model (the filters, substrings of test names, also pick
-# algorithms::five_algorithms_in_cluster); then the chaos suite. Counted into the total
-# as "valkey: N passed, M failed". VALKEY=0 skips it.
+# algorithms::five_algorithms_in_cluster); then the chaos scenarios whose fault is the
+# server's own behaviour (valkey_chaos: a replica's promotion, SCRIPT FLUSH, CLIENT KILL,
+# out of memory, DEBUG SLEEP, a primary lost without a replica). The other scenarios
+# stop, pause or kill processes, which no server's code takes part in; they run once,
+# against Redis, above. Counted into the total as "valkey: N passed, M failed".
+# VALKEY=0 skips it.
 valkey_tests=(--test it -- checkall:: cluster:: cluster_batch cluster_slots:: concurrency:: production_redis:: redis_refusals:: refund:: standalone:: twins::)
+valkey_chaos=(s1_failover s4_script_flush s5_out_of_memory s6_client_kill s7_slow_redis s10_kill_primary_no_replica s11_oom_one_primary)
 
 # valkey_server_bin: prints the path of Valkey's server: valkey-server if installed, else
 # target/valkey-bin/valkey-server linked to valkey-tools' valkey-check-rdb (one binary; it
@@ -294,7 +332,7 @@ if [ "${VALKEY:-1}" != 0 ]; then
     if [ "$valkey_rc" != 0 ] && [ "$valkey_failed" -eq 0 ]; then valkey_failed=1; fi
     if [ "${CHAOS:-1}" != 0 ]; then
       valkey_chaos_rc=0
-      "${valkey_env[@]}" CHAOS_REPORT_DIR=target/chaos-valkey bash chaos/run.sh 2>&1 | tee "$out" || valkey_chaos_rc=$?
+      "${valkey_env[@]}" CHAOS_REPORT_DIR=target/chaos-valkey bash chaos/run.sh "${valkey_chaos[@]}" 2>&1 | tee "$out" || valkey_chaos_rc=$?
       read -r cp cf <<<"$(sed -n 's/^chaos: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$out" | tail -n 1)"
       cp=${cp:-0} cf=${cf:-1}
       if [ "$valkey_chaos_rc" -ne 0 ] && [ "$cf" -eq 0 ]; then cf=1; fi
@@ -309,8 +347,10 @@ if [ "${VALKEY:-1}" != 0 ]; then
   echo "valkey: $valkey_passed passed, $valkey_failed failed ($valkey_version; $(($(date +%s) - valkey_start)) s)"
   passed=$((passed + valkey_passed))
   failed=$((failed + valkey_failed))
+  timed valkey
 fi
 
+log "time per leg: $(IFS=,; echo "${leg_times[*]}" | sed 's/,/, /g') (total $SECONDS s)"
 echo "ratelimitd: $passed passed, $failed failed"
 # Any failure counted above (a cargo test, a client suite, the package check, a
 # suite or a chaos scenario) fails the run.
