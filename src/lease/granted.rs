@@ -141,6 +141,11 @@ impl<H> LeasedKey<H> {
         };
         let life = g.lifetime_us.saturating_sub(drift + spare);
         (s.grant_sent, s.grant_got, s.spare) = (sent_us, got_us, spare);
+        s.asked_rate = match ask.pace_us {
+            0 => 0,
+            pace => u64::try_from(u128::from(ask.want) * 1_000_000 / u128::from(pace))
+                .unwrap_or(u64::MAX),
+        };
         let current = ask.generation == self.counts.generation.load(Ordering::Relaxed);
         // A lease granted to a call started before a reload is reported, not spent.
         s.deadline_us = if life > 0 && current {

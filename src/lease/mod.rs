@@ -195,8 +195,11 @@ impl<H> LeasedKey<H> {
                     reset_ms: s.reset_ms,
                 };
             }
-            // A slice short of the cost: it refills; renewed near its deadline.
-            let renew = s.renews && s.deadline_us - now <= SLICE_RENEW_US && s.in_flight == 0;
+            // A slice short of the cost: it refills; renewed near its deadline, or once
+            // the demand has outgrown the slice it asked for.
+            let renew = s.renews
+                && s.in_flight == 0
+                && (s.deadline_us - now <= SLICE_RENEW_US || s.outgrown(now));
             if s.rate > 0 && need <= s.cap && !renew {
                 // DENY until it holds the cost, or until it is renewed.
                 let short = u128::from(need - s.units) * 1_000_000;

@@ -2,7 +2,7 @@
 //! in a mutex): the grant it holds and may spend until its deadline, a slice's refill,
 //! and the demand counted in slots that makes a key hot.
 
-use super::{HOT_UNITS, SLOT_US};
+use super::{HOT_UNITS, PACE_US, SLOT_US, UNIT};
 
 /// One key's lease state on this host.
 ///
@@ -28,6 +28,9 @@ pub(super) struct State {
     pub(super) grant_sent: u64,
     pub(super) grant_got: u64,
     pub(super) spare: u64,
+    /// The refill rate the grant's call asked for (µ-units/s: its demand over its pace;
+    /// 0: it asked for no slice).
+    pub(super) asked_rate: u64,
     pub(super) slot_start: u64,
     pub(super) slot_units: u64,
     pub(super) prev_units: u64,
@@ -97,6 +100,20 @@ impl State {
     /// Units per second asked lately.
     pub(super) fn rate(&self) -> f64 {
         self.slot_units.max(self.prev_units) as f64 * 1e6 / SLOT_US as f64
+    }
+
+    /// True when the slice held was sized by the demand its call reported, not by its
+    /// share (its refill rate is at least the rate asked: Redis caps a slice at the
+    /// demand over the bucket's fill time), and the demand counted since is over twice
+    /// that rate, [`PACE_US`] or more after the grant: renewed now, it asks for the
+    /// demand of now. A key's first slice is asked with the demand of the slots that made
+    /// the key hot, often a small part of what follows; kept for its whole life it would
+    /// hold the host at that rate for 1.5 s.
+    pub(super) fn outgrown(&self, now: u64) -> bool {
+        self.asked_rate > 0
+            && self.rate >= self.asked_rate
+            && now.saturating_sub(self.grant_got) >= PACE_US
+            && self.rate() * UNIT as f64 >= 2.0 * self.rate as f64
     }
 
     pub(super) fn hot(&self) -> bool {

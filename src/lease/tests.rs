@@ -396,3 +396,54 @@ fn a_witness_calls_when_due_without_giving_its_own_lease_back() {
     // Not due again until a reply says so.
     assert!(s.give_back(due + 100, &holder()).is_none());
 }
+
+/// A slice sized by the demand its call reported (its rate at least the rate asked) is
+/// renewed, for the demand of now, once the demand has doubled and [`PACE_US`] has
+/// passed since its grant; a slice its share capped (a rate below the one asked) is not,
+/// nor is any slice sooner.
+#[test]
+fn a_slice_the_demand_outgrew_is_renewed_early_and_a_capped_one_is_not() {
+    for demand_sized in [true, false] {
+        let s = slot();
+        let t = 1_000_000;
+        for i in 0..HOT_UNITS {
+            s.spend(1, t + i, true);
+        }
+        // Saturated: a lump lease of less than asked, with nothing left in Redis.
+        let (ask, flight) = s.begin(1, 1000, true, t, &holder());
+        s.granted(t, t + 100, &ask, grant(1, 2), rep(0, 10));
+        drop(flight);
+        // Its next call, once paced, asks for a slice.
+        let t2 = t + PACE_US;
+        assert!(matches!(s.spend(1, t2, true), Local::Taken { .. }));
+        assert!(matches!(s.spend(1, t2, true), Local::Call { hot: true }));
+        let (ask, flight) = s.begin(1, 1000, true, t2, &holder());
+        assert_eq!(ask.pace_us, PACE_US);
+        let asked = ask.want * 1_000_000 / PACE_US;
+        let slice = Granted {
+            units: 0,
+            lifetime_us: SLICE_LIFETIME_US,
+            grant: 3,
+            cap: UNIT,
+            rate: if demand_sized { asked } else { asked / 2 },
+            last_grant: 3,
+            ..Granted::default()
+        };
+        s.granted(t2, t2 + 100, &ask, slice, rep(0, 10));
+        drop(flight);
+        // The demand is many times the slice's rate from here on.
+        let burst = |at: u64| (0..50).map(|_| s.spend(1, at, true)).collect::<Vec<_>>();
+        let calls = |r: &[Local]| r.iter().filter(|l| matches!(l, Local::Call { .. })).count();
+        assert_eq!(calls(&burst(t2 + PACE_US / 2)), 0, "not before PACE_US");
+        let later = burst(t2 + 100 + PACE_US);
+        assert_eq!(calls(&later) > 0, demand_sized, "{later:?}");
+        if demand_sized {
+            let (again, _flight) = s.begin(1, 1000, true, t2 + 100 + PACE_US, &holder());
+            assert_eq!(again.given_back, 3, "the slice is given back");
+            assert!(
+                again.want > ask.want,
+                "asked for the demand of now: {again:?}"
+            );
+        }
+    }
+}

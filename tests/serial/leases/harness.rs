@@ -134,7 +134,7 @@ pub fn load(
     )
 }
 
-/// The load loop of [`load`]: each thread folds each round's replies, with the epoch ms
+/// The load loop of [`load`]: each thread folds each round's replies, with the epoch µs
 /// at which the round was sent and read, into its own `T` with `record`.
 pub fn load_with<T: Default + Send + 'static>(
     socket: &std::path::Path,
@@ -157,9 +157,9 @@ pub fn load_with<T: Default + Send + 'static>(
                 let mut acc = T::default();
                 let mut next = Instant::now();
                 while !stop.load(Ordering::Relaxed) {
-                    let sent = epoch_ms();
+                    let sent = epoch_us();
                     let replies = c.pipeline(&lines);
-                    record(&mut acc, &replies, (sent, epoch_ms()));
+                    record(&mut acc, &replies, (sent, epoch_us()));
                     if !every.is_zero() {
                         next += every;
                         if let Some(d) = next.checked_duration_since(Instant::now()) {
@@ -208,10 +208,14 @@ pub fn leases_out(cluster: &RedisCluster, tag: &str) -> usize {
 }
 
 pub fn epoch_ms() -> u64 {
+    epoch_us() / 1000
+}
+
+pub fn epoch_us() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock after 1970")
-        .as_millis() as u64
+        .as_micros() as u64
 }
 
 /// ALLOWs per fixed window of `window_ms` (aligned to the epoch), counted only for the
@@ -229,6 +233,7 @@ impl PerWindow {
     /// the wall clock around each pipelined batch.
     pub fn recorder(window_ms: u64) -> impl Fn(&mut PerWindow, &[String], (u64, u64)) + Clone {
         move |w: &mut PerWindow, replies: &[String], (sent, read): (u64, u64)| {
+            let (sent, read) = (sent / 1000, read / 1000);
             let allowed = replies.iter().filter(|r| parse_reply(r).allowed()).count() as u64;
             w.decisions += replies.len() as u64;
             if sent / window_ms == read / window_ms {

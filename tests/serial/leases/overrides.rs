@@ -63,6 +63,7 @@ struct Batch {
 }
 
 fn record(batches: &mut Vec<Batch>, replies: &[String], (sent, read): (u64, u64)) {
+    let (sent, read) = (sent / 1000, read / 1000);
     let replies: Vec<Reply> = replies.iter().map(|r| parse_reply(r)).collect();
     let limit = |f: fn(u64, u64) -> u64, start| replies.iter().map(|r| r.limit).fold(start, f);
     batches.push(Batch {

@@ -53,6 +53,7 @@ struct Buckets {
 }
 
 fn record(b: &mut Buckets, replies: &[String], (sent, read): (u64, u64)) {
+    let (sent, read) = (sent / 1000, read / 1000);
     let mut allowed = 0;
     for r in replies
         .iter()

@@ -36,6 +36,7 @@ const JUMP_MS: u64 = 950;
 type Batches = Vec<(u64, u64, u64)>;
 
 fn record(b: &mut Batches, replies: &[String], (sent, read): (u64, u64)) {
+    let (sent, read) = (sent / 1000, read / 1000);
     let allowed = replies.iter().filter(|r| parse_reply(r).allowed()).count() as u64;
     b.push((sent, read, allowed));
 }

@@ -88,6 +88,7 @@ fn idle_in(rounds: &[(u64, u64)], n: u64) -> u64 {
 }
 
 fn record(c: &mut Counts, replies: &[String], (sent, read): (u64, u64)) {
+    let (sent, read) = (sent / 1000, read / 1000);
     c.rounds.push((sent, read));
     let replies: Vec<Reply> = replies.iter().map(|r| parse_reply(r)).collect();
     let allowed = replies.iter().filter(|r| r.allowed()).count() as u64;
