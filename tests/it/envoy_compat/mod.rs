@@ -1,7 +1,7 @@
 //! Compatibility with envoyproxy/ratelimit's configuration: the example files of their
 //! README (tests/data/envoy/) load unchanged, and a table of requests gets the decisions
 //! their README documents. Decided by local buckets (`redis.mode = "none"`, the full
-//! limits), through the same service code the gRPC server calls; tests/serial/envoy.rs runs
+//! limits), through the same service code the gRPC server calls; tests/serial/envoy/ runs
 //! the same service over gRPC against Redis.
 //!
 //! Also: what their loader rejects, ours rejects, and each error names file and line
