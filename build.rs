@@ -1,6 +1,6 @@
 //! Build script: records the git commit the binary is built from, for the metric
 //! `ratelimitd_build_info{version,commit}` (`RATELIMITD_COMMIT`, read by
-//! `src/metrics.rs`). `git rev-parse --short HEAD`; an environment variable
+//! `src/metrics/mod.rs`). `git rev-parse --short HEAD`; an environment variable
 //! `RATELIMITD_COMMIT` set for the build wins (a package built from a tarball), and
 //! outside a git checkout it is `unknown`.
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reproducible benchmark: ratelimitd against Redis, measured by the same
-# closed-loop client (tools/src/bin/loadgen.rs) with the same settings.
+# closed-loop client (tools/src/bin/loadgen/) with the same settings.
 #
 #   bash benches/run.sh [--quick] [--out FILE]
 #
@@ -10,7 +10,7 @@
 # Environment: DURATION / WARMUP override the per-measurement times (e.g. 10s),
 # RUST_LOG the daemon's log filter (default "warn"), RATELIMITD_BIN another daemon
 # binary to measure (default $CARGO_TARGET_DIR or target, /release/ratelimitd);
-# with both RATELIMITD_BIN and LOADGEN (a built tools/src/bin/loadgen.rs) set, nothing is built.
+# with both RATELIMITD_BIN and LOADGEN (a built tools/src/bin/loadgen/) set, nothing is built.
 #
 # Needs redis-server, redis-cli and redis-benchmark (Debian: apt-get install
 # redis-server redis-tools). Everything it starts (two redis-servers, the

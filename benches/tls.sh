@@ -2,7 +2,7 @@
 # The cost of TLS to Redis: Redis-bound decisions per second through the daemon over
 # TLS, divided by the same over plain TCP, measured in one run against one
 # redis-server that listens on both (a plain port and a TLS port), with the same load
-# generator (tools/src/bin/loadgen.rs) and the same daemon binary.
+# generator (tools/src/bin/loadgen/) and the same daemon binary.
 #
 #   bash benches/tls.sh [--rounds N] [--duration 3s]
 #

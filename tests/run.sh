@@ -32,7 +32,7 @@ fi
 if ! command -v socat >/dev/null 2>&1; then
   missing_pkgs+=(socat)
 fi
-# tests/it/systemd.rs: systemd-analyze verify, systemd-socket-activate (no systemd as
+# tests/it/systemd/: systemd-analyze verify, systemd-socket-activate (no systemd as
 # PID 1 needed); tests/deb.sh: dpkg-deb, objcopy (debug symbols of the .deb).
 if ! command -v systemd-analyze >/dev/null 2>&1 || ! command -v systemd-socket-activate >/dev/null 2>&1; then
   missing_pkgs+=(systemd)

@@ -4,7 +4,7 @@
 //! its local fallback and return to Redis. Each test runs twice: on a plain cluster and
 //! on one reached over TLS only with the documented least-privilege ACL user
 //! (`tests/secure_redis`), which must then have refused the daemon nothing. Slots that
-//! move: `tests/it/cluster_slots.rs`; one standalone Redis: `tests/it/standalone.rs`.
+//! move: `tests/it/cluster_slots/`; one standalone Redis: `tests/it/standalone.rs`.
 
 use crate::common;
 use crate::secure_redis;

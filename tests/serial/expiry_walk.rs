@@ -2,7 +2,7 @@
 //! refilling 10/s, full again 1 s after a drain, slowed to 0.01/s) must not hand a
 //! drained key a fresh budget, even when nobody asks for that key between the reload and
 //! the moment the old rule's expiry ran out: one daemon walks the rule's keys in Redis
-//! and lengthens their expiry (src/store/expiry_walk.rs).
+//! and lengthens their expiry (src/store/expiry_walk/).
 //!
 //! On a standalone Redis and on a 3-primary cluster (keys on every primary), with two
 //! daemons (one walks), and a measurement of the walk over many keys

@@ -1,5 +1,5 @@
 //! What the load generators share (`loadgen` and `rls_loadgen`, each with
-//! `mod common;`): the key mix and the runtime.
+//! `mod common;`, `loadgen/main.rs` by its `#[path]`): the key mix and the runtime.
 
 /// SplitMix64 (Steele, Lea, Flood 2014): a bijective 64-bit mix, so counter values map
 /// to well-spread keys.

@@ -1,10 +1,15 @@
 //! Compatibility with envoyproxy/ratelimit's configuration: the example files of their
 //! README (tests/data/envoy/) load unchanged, and a table of requests gets the decisions
 //! their README documents. Decided by local buckets (`redis.mode = "none"`, the full
-//! limits), through the same service code the gRPC server calls; tests/serial/envoy.rs runs
+//! limits), through the same service code the gRPC server calls; tests/serial/envoy/ runs
 //! the same service over gRPC against Redis.
 //!
-//! Also: what their loader rejects, ours rejects, and each error names file and line.
+//! Also: what their loader rejects, ours rejects, and each error names file and line
+//! (`loading.rs`); and what ratelimitd adds to their configuration, TOML rules for
+//! descriptors and the IETF headers (`extensions.rs`).
+
+mod extensions;
+mod loading;
 
 use crate::common::rls_descriptor as descriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
@@ -14,7 +19,6 @@ use ratelimitd::admission::Peer;
 use ratelimitd::config::Config;
 use ratelimitd::envoy::service::Rls;
 use ratelimitd::limiter::Limiter;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -85,6 +89,13 @@ const SECOND: i32 = 1;
 const MINUTE: i32 = 2;
 const HOUR: i32 = 3;
 const DAY: i32 = 4;
+
+/// A config dir holding one file `name` with `yaml`.
+fn dir_with(name: &str, yaml: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(name), yaml).unwrap();
+    dir
+}
 
 #[test]
 fn readme_examples_load_and_decide_as_documented() {
@@ -309,179 +320,6 @@ fn hits_addend_per_descriptor_and_zero_checks_without_consuming() {
             .unwrap()
             .overall_code,
         OK
-    );
-}
-
-/// A config dir holding one file `name` with `yaml`.
-fn dir_with(name: &str, yaml: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join(name), yaml).unwrap();
-    dir
-}
-
-fn load_dir(dir: &Path) -> Result<Config, String> {
-    load(&format!(
-        "[envoy]\nlisten = \"127.0.0.1:0\"\nconfig_dir = \"{}\"\n",
-        dir.display()
-    ))
-}
-
-#[test]
-fn bad_files_are_errors_naming_file_line_and_field() {
-    for (yaml, line, says) in [
-        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 5\n      burst: 3\n", 7, "unknown field"),
-        ("domain: d\ndescriptors:\n  - key: k\n    key: j\n", 4, "duplicate key 'key' (first at line 3)"),
-        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 5\n", 5, "invalid rate limit unit 'fortnight'"),
-        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      unit: second\n", 6, "should not specify rate limit unit when unlimited"),
-        ("domain: d\ndescriptors:\n  - key: k\n  - key: k\n", 4, "duplicate descriptor composite key 'd.k'"),
-        ("domain: d\ndescriptors:\n  - value: v\n", 3, "descriptor has empty key"),
-        ("descriptors: []\n", 1, "empty domain"),
-        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: a\n      replaces:\n        - name: a\n      unit: second\n      requests_per_unit: 1\n", 5, "replaces should not contain name of same descriptor"),
-        ("domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n", 5, "share_threshold can only be used with wildcard"),
-        ("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: -1\n", 6, "expected an integer"),
-        ("domain: d\ndescriptors: [\n", 3, ""),
-    ] {
-        let dir = dir_with("limits.yaml", yaml);
-        let e = load_dir(dir.path()).unwrap_err();
-        let file = dir.path().join("limits.yaml").display().to_string();
-        assert!(e.contains(&format!("{file}:{line}:")) && e.contains(says), "want {file}:{line}: {says}\ngot {e}");
-    }
-    // A domain in two files.
-    let dir = dir_with("a.yaml", "domain: d\n");
-    std::fs::write(dir.path().join("b.yml"), "domain: d\n").unwrap();
-    let e = load_dir(dir.path()).unwrap_err();
-    assert!(
-        e.contains("b.yml:1:") && e.contains("duplicate domain 'd'"),
-        "{e}"
-    );
-    // Other files and hidden ones are not read.
-    let dir = dir_with("notes.txt", "not yaml: [");
-    std::fs::write(dir.path().join(".x.yaml"), "not yaml: [").unwrap();
-    assert!(load_dir(dir.path()).is_ok());
-}
-
-#[test]
-fn toml_rules_decide_descriptors_with_any_algorithm() {
-    let dir = dir_with(
-        "d.yaml",
-        "domain: rides\ndescriptors:\n  - key: generic_key\n    value: checkout\n",
-    );
-    let toml = format!(
-        "[envoy]\nlisten = \"127.0.0.1:0\"\nconfig_dir = \"{}\"\n\n[[envoy.descriptor]]\ndomain = \"rides\"\nentries = [\"generic_key=checkout\", \"user_id\"]\nrule = \"checkout\"\n\n[[rule]]\nname = \"checkout\"\nalgorithm = \"token_bucket\"\ncapacity = 3\nrefill_rate = 0.001\n",
-        dir.path().display()
-    );
-    let config = load(&toml).unwrap();
-    let limiter = Arc::new(Limiter::local(&config));
-    let rls = Rls::new(
-        limiter,
-        ratelimitd::envoy::load::limits_for(&config)
-            .unwrap()
-            .unwrap(),
-        Peer::unbounded(0, 0),
-    );
-    let d = [("generic_key", "checkout"), ("user_id", "42")];
-    let r = ask(&rls, "rides", &[&d], 3);
-    // Its policy window (capacity ÷ refill rate = 50 min) reported in the longest unit
-    // that fits: minutes.
-    assert_eq!(
-        (r.overall_code, limit_of(&r.statuses[0])),
-        (OK, Some((3, MINUTE)))
-    );
-    assert_eq!(ask(&rls, "rides", &[&d], 1).overall_code, OVER);
-    let other = [("generic_key", "checkout"), ("user_id", "43")];
-    assert_eq!(ask(&rls, "rides", &[&other], 1).overall_code, OK);
-
-    // Unknown rule, and a descriptor the YAML already limits.
-    let e = load(&toml.replace("rule = \"checkout\"", "rule = \"nope\"")).unwrap_err();
-    assert!(
-        e.contains("envoy.descriptor[0].rule") && e.contains("no [[rule]] is named 'nope'"),
-        "{e}"
-    );
-    let dir = dir_with("d.yaml", "domain: rides\ndescriptors:\n  - key: generic_key\n    value: checkout\n    descriptors:\n      - key: user_id\n        rate_limit: {unit: second, requests_per_unit: 1}\n");
-    let toml2 = format!(
-        "[envoy]\nlisten = \"127.0.0.1:0\"\nconfig_dir = \"{}\"\n{}",
-        dir.path().display(),
-        &toml[toml.find("\n\n[[envoy").unwrap()..]
-    );
-    let e = load(&toml2).unwrap_err();
-    assert!(
-        e.contains("envoy.descriptor[0]")
-            && e.contains("already has a limit")
-            && e.contains("d.yaml:7"),
-        "{e}"
-    );
-}
-
-#[test]
-fn ietf_headers_name_the_descriptor_closest_to_its_limit() {
-    let config = load(&format!(
-        "[envoy]\nlisten = \"127.0.0.1:0\"\nconfig_dir = \"{}\"\nietf_headers = true\n",
-        data_dir()
-    ))
-    .unwrap();
-    let limiter = Arc::new(Limiter::local(&config));
-    let rls = Rls::new(
-        limiter,
-        ratelimitd::envoy::load::limits_for(&config)
-            .unwrap()
-            .unwrap(),
-        Peer::unbounded(0, 0),
-    );
-    let both: [&[(&str, &str)]; 2] = [
-        &[("message_type", "marketing"), ("to_number", "2063333333")],
-        &[("to_number", "2063333333")],
-    ];
-    let r = ask(&rls, "messaging", &both, 2);
-    let headers: Vec<(String, String)> = r
-        .response_headers_to_add
-        .iter()
-        .map(|h| (h.key.clone(), h.value.clone()))
-        .collect();
-    assert_eq!(
-        headers[0],
-        ("RateLimit-Policy".into(), "\"default\";q=5;w=86400".into())
-    );
-    assert_eq!(headers[1].0, "RateLimit");
-    assert!(
-        headers[1].1.starts_with("\"default\";r=3;t="),
-        "{headers:?}"
-    );
-    // No limit matched: no headers; off by default.
-    assert!(ask(&rls, "nope", &[&[("a", "b")]], 1)
-        .response_headers_to_add
-        .is_empty());
-    let plain = service(&data_dir());
-    assert!(ask(&plain, "messaging", &both, 1)
-        .response_headers_to_add
-        .is_empty());
-}
-
-#[test]
-fn a_relative_config_dir_is_relative_to_the_toml_file() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("limits")).unwrap();
-    std::fs::write(dir.path().join("limits/d.yaml"), "domain: d\n").unwrap();
-    let path = dir.path().join("ratelimitd.toml");
-    std::fs::write(
-        &path,
-        "[envoy]\nlisten = \"127.0.0.1:0\"\nconfig_dir = \"limits\"\n",
-    )
-    .unwrap();
-    let config = Config::load(&path).unwrap();
-    let limits = ratelimitd::envoy::load::limits_for(&config).unwrap();
-    assert!(limits.unwrap().domains.contains_key("d"));
-    std::fs::write(
-        &path,
-        "[envoy]\nlisten = \"127.0.0.1:0\"\nconfig_dir = \"nope\"\n",
-    )
-    .unwrap();
-    let config = Config::load(&path).unwrap();
-    let e = ratelimitd::envoy::load::limits_for(&config)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("nope") && e.contains("envoy.config_dir: cannot read the directory"),
-        "{e}"
     );
 }
 
