@@ -18,7 +18,8 @@
 //!   equally), which this host refills itself until the deadline (its [`SLICE_LIFETIME_US`]
 //!   less the margins) while Redis refills the key slower by as much; a request the
 //!   slice cannot pay for yet is a DENY from the lease, without a call, and one finding
-//!   it short within [`SLICE_RENEW_US`] of its deadline renews it. A fixed window grants
+//!   it short within [`SLICE_RENEW_US`] of its deadline renews it (or sooner, when the
+//!   slice was sized by a demand that has since doubled: `State::outgrown`). A fixed window grants
 //!   what the host is still due of the window (its share, kept back from the other
 //!   hosts' grants until it asks); a sliding window counter a *window slice*, its due
 //!   share of the window so far and its share of the rate the previous window's weight
