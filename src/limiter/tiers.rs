@@ -18,7 +18,7 @@
 //! lifetime (docs/DESIGN.md "Leases", "Run-time overrides on a leased rule").
 
 use super::{ActiveRule, CheckError, Limiter, Pending};
-use crate::algorithm::{Algorithm, Kind, Per, Tier};
+use crate::algorithm::{Algorithm, Kind, Tier};
 use crate::config::overrides;
 use crate::key::{tag_in, KeyHash, TAG_MAX};
 use crate::store::{scripts, Store, TierRecord};
@@ -124,28 +124,16 @@ impl ActiveRule {
     }
 }
 
-/// True when `to` admits at least what `from` admits over every interval: the same
-/// algorithm, a limit (capacity) at least `from`'s and, for a bucket, a rate at least
-/// `from`'s, for a window the same window. Units leased under `from` and spent after an
-/// override to `to` then never exceed what `to` admits: the only run-time override a
-/// leased rule takes (a lease's holder learns of an override at its next call, up to a
-/// lease lifetime later).
-fn admits_at_least(from: &Algorithm, to: &Algorithm) -> bool {
-    to.kind == from.kind
-        && to.limit >= from.limit
-        && match (from.per, to.per) {
-            (Per::Rate(a), Per::Rate(b)) => b >= a,
-            (Per::WindowMs(a), Per::WindowMs(b)) => a == b,
-            _ => false,
-        }
-}
-
 /// The record `OVERRIDE` writes for `params` on `base` (`None`: a clear) with the
 /// overridden algorithm, for `ttl_ms`.
 ///
+/// On a leased rule any override is taken: Redis grants no lease under it, and the
+/// leases out when it is written are spent for at most one lease lifetime more, under
+/// the parameters they were granted under (docs/DESIGN.md "Run-time overrides on a
+/// leased rule").
+///
 /// # Errors
-/// [`CheckError::Override`]: a bad parameter, or one admitting less than a leased rule
-/// ([`admits_at_least`]).
+/// [`CheckError::Override`]: a bad parameter.
 fn record_of(
     base: &crate::config::Rule,
     params: &[(&str, &str)],
@@ -155,12 +143,6 @@ fn record_of(
         None
     } else {
         let algorithm = overrides::run_time(base, params).map_err(refused)?;
-        if base.lease && !admits_at_least(&base.algorithm, &algorithm) {
-            return Err(refused(format!(
-                "rule '{}' takes leases (lease = \"auto\"): a run-time override of it may only raise capacity and the rate, or a window's limit over the same window, since leases already out are spent on top of it; lower a key with a [[rule.override]] or with lease = \"off\"",
-                base.name
-            )));
-        }
         let tiered = base.with_algorithm(algorithm);
         let args = scripts::args(&tiered.params, 0);
         let [a, b, ..] = &args[..] else {

@@ -1,8 +1,8 @@
 //! Run-time overrides (`OVERRIDE`) of a leased hot key, under load, on a real 3-primary
 //! Redis Cluster with 2 daemons (docs/DESIGN.md "Leases", "Run-time overrides on a
 //! leased rule"). Both daemons hammer one key, saturated, with leases out; an override
-//! raising the rule, a clear, another raise and a clear follow, each set through one
-//! daemon while the load runs (a leased rule takes no override that admits less).
+//! raising the rule, a clear, one lowering it (below the capacity or limit the leases
+//! out hold) and a clear follow, each set through one daemon while the load runs.
 //!
 //! Each phase is measured from one lease lifetime ([`SLICE_LIFETIME_US`]) after the
 //! reply to its `OVERRIDE` was read: every lease out before the override was taken by
@@ -107,6 +107,8 @@ struct Phase {
 /// (epoch ms).
 struct Measured<'a> {
     phase: &'a Phase,
+    /// The parameters in force before it.
+    before: Params,
     set: u64,
     end: u64,
 }
@@ -144,8 +146,12 @@ fn run(s: &Setup, rule: &str, phases: &[Phase]) -> Vec<String> {
         let admin = &mut admins[i % n];
         let reply = admin.request(&format!("OVERRIDE {rule} hot {}", phase.args));
         assert_eq!(reply, "OK", "OVERRIDE {rule} hot {}", phase.args);
+        let before = i
+            .checked_sub(1)
+            .map_or_else(|| rule_params(phases), |j| phases[j].params);
         measured.push(Measured {
             phase,
+            before,
             set: epoch_ms(),
             end: u64::MAX,
         });
@@ -173,11 +179,16 @@ fn run(s: &Setup, rule: &str, phases: &[Phase]) -> Vec<String> {
     failures
 }
 
+/// The rule's own parameters: those of the phases that clear.
+fn rule_params(phases: &[Phase]) -> Params {
+    phases.iter().find(|p| p.rule).expect("a clear").params
+}
+
 /// The assertions of one phase (the module's `//!`).
 fn check(rule: &str, m: &Measured, hosts: &[Vec<Batch>]) -> Vec<String> {
     let (phase, limit) = (m.phase, m.phase.params.limit());
     let name = format!("{rule} {}", phase.args);
-    let mut failures = Vec::new();
+    let mut failures = check_switch(&name, m, hosts);
     // When each host last stated another limit, or answered from a lease under an
     // override: it honours the phase's parameters from then on.
     for (h, batches) in hosts.iter().enumerate() {
@@ -283,13 +294,13 @@ fn an_override_of_a_leased_hot_key_is_honoured_by_every_host_within_a_lease_life
     let buckets = [
         ("capacity=400 refill_rate=800", bucket(400, 800.0), false),
         ("clear", bucket(200, 400.0), true),
-        ("capacity=250 refill_rate=500", bucket(250, 500.0), false),
+        ("capacity=100 refill_rate=200", bucket(100, 200.0), false),
         ("clear", bucket(200, 400.0), true),
     ];
     let windows = [
         ("limit=600", window(600), false),
         ("clear", window(300), true),
-        ("limit=450", window(450), false),
+        ("limit=150", window(150), false),
         ("clear", window(300), true),
     ];
     let phases = |list: &[(&'static str, Params, bool)]| -> Vec<Phase> {
@@ -300,4 +311,64 @@ fn an_override_of_a_leased_hot_key_is_honoured_by_every_host_within_a_lease_life
     let mut failures = run(&s, "tb", &phases(&buckets));
     failures.extend(run(&s, "fw", &phases(&windows)));
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// While the leases out when the override was written may still be spent (the lifetime
+/// after it), every interval admits at most what the larger of the two parameter sets
+/// admits: a bucket `max(capacity) + max(refill_rate) × T` over the batches sent and
+/// read in it, a window `max(limit)` in each window it overlaps.
+fn check_switch(name: &str, m: &Measured, hosts: &[Vec<Batch>]) -> Vec<String> {
+    let until = m.set + LIFE_MS;
+    let early: Vec<&Batch> = hosts
+        .iter()
+        .flatten()
+        .filter(|b| b.sent >= m.set && b.read <= until.min(m.end))
+        .collect();
+    let allowed: u64 = early.iter().map(|b| b.allowed).sum();
+    let mut failures = Vec::new();
+    match (m.before, m.phase.params) {
+        (
+            Params::Bucket {
+                capacity: c0,
+                rate: r0,
+            },
+            Params::Bucket {
+                capacity: c1,
+                rate: r1,
+            },
+        ) => {
+            let first = early.iter().map(|b| b.sent).min().unwrap_or(m.set);
+            let last = early.iter().map(|b| b.read).max().unwrap_or(m.set);
+            let bound = c0.max(c1) as f64 + r0.max(r1) * (last - first) as f64 / 1000.0;
+            println!("{name}: {allowed} ALLOW in the lifetime after it, bound {bound:.0}");
+            if allowed as f64 > bound {
+                failures.push(format!(
+                    "{name}: {allowed} > {bound:.0} while leases ran out"
+                ));
+            }
+        }
+        (
+            Params::Window { limit: l0, .. },
+            Params::Window {
+                limit: l1,
+                window_ms,
+            },
+        ) => {
+            let mut per: HashMap<u64, u64> = HashMap::new();
+            for b in hosts.iter().flatten() {
+                let w = b.sent / window_ms;
+                if w == b.read / window_ms && (w + 1) * window_ms > m.set && w * window_ms < until {
+                    *per.entry(w).or_default() += b.allowed;
+                }
+            }
+            println!("{name}: in the windows of the lifetime after it {per:?}");
+            if let Some((w, a)) = per.iter().find(|(_, a)| **a > l0.max(l1)) {
+                failures.push(format!(
+                    "{name}: window {w} admitted {a} while leases ran out"
+                ));
+            }
+        }
+        _ => unreachable!("one kind of parameters per rule"),
+    }
+    failures
 }
