@@ -1,9 +1,11 @@
 //! A fixed window's leases against the reference model, saturated (the key and its
 //! holders: `twin_leases.rs`): each whole window goes in equal shares, exactly, whenever
 //! in the window a host asks, every unit passing the model; and what Redis keeps back
-//! for a host is what it is due while it asks (docs/DESIGN.md "Leases", "Windows").
+//! for a host is what it is due while it asks, and what it took it keeps through a pause
+//! within the window (docs/DESIGN.md "Leases", "Windows").
 
-use crate::twin_leases::{model, Key};
+use crate::common::redis_text;
+use crate::twin_leases::{model, redis, Key};
 use ratelimitd::algorithm::Kind;
 
 /// Three saturated holders of a fixed window of 600 per 1 s, paced as the daemons are
@@ -110,4 +112,45 @@ fn a_fixed_window_keeps_back_only_what_the_hosts_asking_are_due() {
         ask(&mut key, 0, w1 + window + 300_000, 2_000, 200_000).0,
         599
     );
+}
+
+/// A host that took part of a long window, gave its lease back and paused past its
+/// ask's life still has what it took when it asks again in that window: its due there
+/// is its share less that, and the hosts still asking keep what they are due.
+#[test]
+fn a_host_back_from_a_pause_in_its_window_is_due_its_share_less_what_it_took() {
+    let (limit, window) = (600u64, 10_000_000u64);
+    let mut key = Key::new(Kind::FixedWindow, limit, window, 3);
+    let w0 = 1_790_000_000_000_000u64 / window * window;
+    let taken = |key: &Key, h: usize| -> u64 {
+        let v = redis_text(&redis().addr(), &["HGET", &key.name, &format!("g:h{h}")]).unwrap();
+        v.split(' ').nth(1).map_or(0, |u| u.parse().unwrap())
+    };
+    // Holders 0 and 1 take 125 each, holder 2 takes 100 and gives back what it left.
+    for (h, want) in [(0, 125), (1, 125), (2, 100)] {
+        let r = key.reply(h, w0 + 10_000 + h as u64 * 1000, 1, want, 0);
+        println!("holder {h} asked {want}: {r:?}");
+        while key.holders[h].spend(1, w0 + 20_000) {}
+    }
+    key.call(2, w0 + 30_000, 0, 0, 0);
+    let before = taken(&key, 2);
+    // Holders 0 and 1 keep asking (saturated, for a unit); holder 2 pauses past its
+    // ask's life (1.2 s) and comes back in the same window.
+    for at in [w0 + 1_000_000, w0 + 2_000_000] {
+        for h in [0, 1] {
+            while key.holders[h].spend(1, at) {}
+            key.reply(h, at, 0, 1, 200_000);
+        }
+    }
+    let (t0, t1) = (taken(&key, 0), taken(&key, 1));
+    let back = w0 + 2_100_000;
+    let r = key.reply(2, back, 0, 2_000, 200_000);
+    let share = limit / 3;
+    println!("taken {t0} {t1} {before}; holder 2 back: {r:?}");
+    assert_eq!(
+        taken(&key, 2),
+        share,
+        "its share, less the {before} it took: {r:?}"
+    );
+    assert_eq!(r[4] as u64, share - before, "{r:?}");
 }
