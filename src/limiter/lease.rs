@@ -30,17 +30,14 @@ use crate::decision::{Decision, Source};
 use crate::fallback::decide_without_redis;
 use crate::lease::{LeasedKey, Local, Reported, Request};
 use crate::store::{Store, StoreError};
-use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 /// What the book keeps per key to reach Redis for it.
 pub(super) struct Home<S: Store> {
-    key: S::Key,
-    rule: Arc<Rule>,
+    pub(super) key: S::Key,
+    pub(super) rule: Arc<Rule>,
 }
-
-/// How often leases of idle keys are given back.
-const SWEEP_EVERY: Duration = Duration::from_millis(50);
 
 impl<S: Store> Limiter<S> {
     /// Decides `cost` units of `key` (`tag` hashed) under `base`'s leased rule (the
@@ -301,69 +298,6 @@ impl<S: Store> Limiter<S> {
     fn record(&self, entry: &ActiveRule, key: u64, decision: Decision) -> Decided {
         entry.came_back(key, decision)
     }
-
-    /// Starts, once, the task that gives back the leases of keys gone idle or near
-    /// their deadline ([`crate::lease::Book::sweep`]); it ends with the limiter.
-    fn start_sweeper(self: &Arc<Self>) {
-        if self.sweeper.set(()).is_err() {
-            return;
-        }
-        let limiter = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(SWEEP_EVERY);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let Some(this) = Weak::upgrade(&limiter) else {
-                    return;
-                };
-                this.sweep().await;
-            }
-        });
-    }
-
-    /// The parameters a give-back of a lease taken under `rule` is sent with: those of
-    /// the rule of that name in force now (a reload may have changed its window: a call
-    /// with the old one would roll the key's counts to the old windows), or `rule`'s if
-    /// it is gone (nothing decides its keys any more).
-    fn params_in_force(&self, rule: &Rule) -> crate::algorithm::Params {
-        match self.rules.load().get(&rule.name) {
-            Some(now) if now.rule.params.kind() == rule.params.kind() => now.rule.params,
-            _ => rule.params,
-        }
-    }
-
-    /// Gives back, one call each, the grants [`crate::lease::LeasedKey::give_back`]
-    /// names. One whose call fails, or whose primary is not asked now, stays in the book
-    /// and is named again at the next call or sweep.
-    async fn sweep(self: &Arc<Self>) {
-        let Some(redis) = &self.redis else {
-            return;
-        };
-        let now = boottime_us();
-        for slot in self.leases.sweep(now) {
-            let Ok(turn) = Arc::clone(&slot.call).try_lock_owned() else {
-                continue;
-            };
-            let _turn = TurnEnds {
-                turn: Some(turn),
-                key: Arc::clone(&slot),
-            };
-            let Some(route) = redis.route(&slot.home.key) else {
-                continue;
-            };
-            let Some((request, _flight)) = slot.give_back(now, &self.leases.holder) else {
-                continue;
-            };
-            let (key, params) = (slot.home.key.clone(), self.params_in_force(&slot.home.rule));
-            if let Ok((o, g)) = redis
-                .lease(route, key, params, 0, request.clone(), ())
-                .await
-            {
-                slot.granted(now, boottime_us(), &request, g, reported(&o));
-            }
-        }
-    }
 }
 
 /// The rules a leased key's request is decided with: `base`, the rule's own (or its
@@ -378,9 +312,9 @@ struct Rules<'a> {
 
 /// A key's turn to call Redis, held by the task running the call: given up when that
 /// task ends (answered, failed or abandoned), then every request waiting for it is woken.
-struct TurnEnds<S: Store> {
-    turn: Option<tokio::sync::OwnedMutexGuard<()>>,
-    key: Arc<LeasedKey<Home<S>>>,
+pub(super) struct TurnEnds<S: Store> {
+    pub(super) turn: Option<tokio::sync::OwnedMutexGuard<()>>,
+    pub(super) key: Arc<LeasedKey<Home<S>>>,
 }
 
 impl<S: Store> Drop for TurnEnds<S> {
@@ -391,7 +325,7 @@ impl<S: Store> Drop for TurnEnds<S> {
 }
 
 /// What a lease call's decision reported, for the lease state.
-fn reported(o: &crate::algorithm::Outcome) -> Reported {
+pub(super) fn reported(o: &crate::algorithm::Outcome) -> Reported {
     Reported {
         remaining: o.remaining,
         reset_ms: o.reset_ms,

@@ -22,6 +22,7 @@ mod all_decide;
 mod check;
 mod error;
 mod lease;
+mod lease_sweep;
 mod operator;
 mod query;
 mod record;
