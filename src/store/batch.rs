@@ -22,7 +22,7 @@
 //! not queue here: they measure Redis.
 //!
 //! Redis Cluster: each primary has its own queue, and a batch holds keys of any of its
-//! slots (the cluster batch script, [`scripts::cluster_batch_lua`]: one key declared to
+//! slots (the cluster batch script, [`batch_script::cluster_batch_lua`]: one key declared to
 //! route the call, the others in `ARGV`). Redis refuses, per key, a key it cannot vouch
 //! for as the node's own and not moved away (another node's slot, a migrating slot's
 //! absent key, an importing slot's key): such a decision is answered [`Answer::Alone`]
@@ -33,10 +33,10 @@
 //! Not batched: the sliding window log (its decision reads up to `limit` entries: a
 //! batch would hold all of its decisions as long as the slowest), and lease calls.
 
+use super::batch_script;
 use super::health::CallSent;
 use super::queue::{Queue, Queued};
 use super::redis::RedisStore;
-use super::scripts;
 use super::topology::Primary;
 use super::StoreKey;
 use crate::algorithm::Kind;
@@ -83,7 +83,7 @@ pub fn batchable(kind: Kind) -> bool {
 pub(super) struct Job {
     pub key: StoreKey,
     pub kind: Kind,
-    /// Its own script's arguments ([`scripts::args`] or [`scripts::peek_args`]).
+    /// Its own script's arguments ([`super::scripts::args`] or [`super::scripts::peek_args`]).
     pub args: Vec<Value>,
     /// When its caller started waiting (an `ASK` followed gets what is left of
     /// `redis.timeout_ms`).
@@ -150,10 +150,10 @@ impl RedisStore {
             let items: usize = batch.iter().map(|j| j.args.len() + 2).sum();
             let mut args = Vec::with_capacity(items + keys.len() + 1);
             if cluster.is_some() {
-                scripts::cluster_batch_call(&keys, &mut args);
+                batch_script::cluster_batch_call(&keys, &mut args);
             }
             for job in &batch {
-                scripts::batch_args(job.kind, &job.args, &mut args);
+                batch_script::batch_args(job.kind, &job.args, &mut args);
             }
             args
         };

@@ -107,7 +107,7 @@ impl RedisStore {
             groups.iter().map(|g| g.args.len() + 1).sum::<usize>() + keys.len() + 1,
         );
         let declared = match cluster {
-            true => super::scripts::cluster_batch_call(&keys, &mut args),
+            true => super::batch_script::cluster_batch_call(&keys, &mut args),
             false => keys.clone(),
         };
         for g in &groups {

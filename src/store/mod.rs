@@ -22,6 +22,7 @@
 
 mod batch;
 mod batch_all;
+pub mod batch_script;
 pub mod connect;
 pub mod connection_errors;
 pub mod credentials;
