@@ -22,6 +22,7 @@
 //! Not batched: a group with a sliding window log's key ([`super::batch::batchable`]).
 
 use super::batch;
+use super::batch_reply;
 use super::queue::{Queue, Queued};
 use super::redis::RedisStore;
 use super::topology::Primary;
@@ -143,7 +144,7 @@ impl RedisStore {
             }
         };
         for (g, item) in groups.into_iter().zip(replies) {
-            let answer = match batch::item_reply(item) {
+            let answer = match batch_reply::item_reply(item) {
                 Some(reply) => GroupAnswer::Replied(reply),
                 None => {
                     for k in &g.keys {

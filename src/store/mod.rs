@@ -22,11 +22,13 @@
 
 mod batch;
 mod batch_all;
+mod batch_reply;
 pub mod batch_script;
 pub mod connect;
 pub mod connection_errors;
 pub mod credentials;
 pub mod expiry_walk;
+mod gate;
 pub mod health;
 pub mod hosts;
 pub mod lateness;

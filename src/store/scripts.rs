@@ -14,9 +14,28 @@ use fred::types::Value;
 pub use super::batch_script::{batch_lua, cluster_batch_lua};
 
 /// Every algorithm's script, then every lease script, then the batch script, the
-/// all-or-nothing script, the give-back script, the all-or-nothing batch script and
-/// (Redis Cluster only) the cluster batch script, loaded together.
+/// all-or-nothing script, the give-back script and the all-or-nothing batch script (the
+/// batch scripts of the store's kind: a standalone Redis's or Redis Cluster's), loaded
+/// together.
 pub struct Scripts(Vec<Script>);
+
+/// `lua` with each line that is only a comment (`--` after blanks) left empty. Redis
+/// reads a script's whole text at every load (at start, and on `NOSCRIPT` within the
+/// `redis.timeout_ms` of the calls that met it), and comment lines are more than half
+/// of the scripts' text. The lines stay, so an error names the line it names in the
+/// assembled text. The scripts hold no long string or long comment (`[[ … ]]`) for a
+/// comment line to be part of (a unit test checks).
+pub fn uncommented(lua: &str) -> String {
+    let mut out = String::with_capacity(lua.len() / 2);
+    for line in lua.split_inclusive('\n') {
+        if line.trim_start().starts_with("--") {
+            out.push_str(if line.ends_with('\n') { "\n" } else { "" });
+        } else {
+            out.push_str(line);
+        }
+    }
+    out
+}
 
 /// The lease script of an algorithm that takes leases (`lease = "auto"`): prelude, the
 /// shared lease bookkeeping, the parts only some lease scripts share (the window lease
@@ -28,21 +47,27 @@ pub fn lease_lua(kind: Kind) -> Option<&'static str> {
 
 impl Scripts {
     /// The scripts of every algorithm in the table, the lease scripts and the batch
-    /// script; with `clustered`, the cluster batch script too (its `#!lua` flags line
-    /// needs Redis 7 or Valkey 8, so a standalone Redis is never asked to load it).
-    /// Their SHA1 computed once.
+    /// scripts; with `clustered`, Redis Cluster's batch scripts, else a standalone
+    /// Redis's (a cluster's `#!lua` flags line needs Redis 7 or Valkey 8, so a
+    /// standalone Redis is never asked to load one; a cluster never runs the other).
+    /// Their comment lines blanked ([`uncommented`]), their SHA1 computed once.
     pub fn new(clustered: bool) -> Self {
         let decisions = Kind::ALL.iter().map(|k| k.spec().lua);
         let leases = Kind::ALL.iter().map(|k| lease_lua(*k).unwrap_or(""));
-        let mut scripts: Vec<Script> = decisions.chain(leases).map(Script::from_lua).collect();
-        scripts.push(Script::from_lua(batch_lua()));
-        scripts.push(Script::from_lua(super::multi::all_lua()));
-        scripts.push(Script::from_lua(super::multi::give_back_lua()));
-        scripts.push(Script::from_lua(super::multi::all_batch_lua(clustered)));
-        if clustered {
-            scripts.push(Script::from_lua(cluster_batch_lua()));
-        }
-        Scripts(scripts)
+        let mut texts: Vec<String> = decisions.chain(leases).map(str::to_owned).collect();
+        texts.push(match clustered {
+            true => cluster_batch_lua(),
+            false => batch_lua(),
+        });
+        texts.push(super::multi::all_lua());
+        texts.push(super::multi::give_back_lua());
+        texts.push(super::multi::all_batch_lua(clustered));
+        Scripts(
+            texts
+                .iter()
+                .map(|t| Script::from_lua(uncommented(t)))
+                .collect(),
+        )
     }
 
     /// The script of `kind`.
@@ -56,7 +81,8 @@ impl Scripts {
         &self.0[Kind::ALL.len() + kind as usize]
     }
 
-    /// The batch script ([`batch_lua`]).
+    /// The batch script ([`batch_lua`]), the cluster's ([`cluster_batch_lua`]) when
+    /// made for a cluster.
     pub fn batch(&self) -> &Script {
         &self.0[2 * Kind::ALL.len()]
     }
@@ -75,12 +101,6 @@ impl Scripts {
     /// when made for a cluster.
     pub fn all_batch(&self) -> &Script {
         &self.0[2 * Kind::ALL.len() + 3]
-    }
-
-    /// The cluster batch script ([`cluster_batch_lua`]); `None` unless made for a
-    /// cluster.
-    pub fn cluster_batch(&self) -> Option<&Script> {
-        self.0.get(2 * Kind::ALL.len() + 4)
     }
 
     /// Every script.
@@ -270,6 +290,27 @@ pub fn lease_reply(params: &Params, reply: &[i64]) -> Result<(Outcome, Granted),
 mod tests {
     use super::*;
     use crate::algorithm::{token_bucket, WindowParams};
+
+    #[test]
+    fn blanked_comment_lines_keep_every_line_and_all_the_code() {
+        let lua = "-- a comment\nlocal x = 1 -- kept\n  -- indented\nreturn x";
+        assert_eq!(uncommented(lua), "\nlocal x = 1 -- kept\n\nreturn x");
+        let scripts = Scripts::new(true);
+        let texts = [batch_lua(), super::super::multi::all_batch_lua(false)];
+        for text in texts
+            .iter()
+            .map(String::as_str)
+            .chain(Kind::ALL.iter().map(|k| k.spec().lua))
+        {
+            // No long string or long comment, whose lines a blanked line could be.
+            assert!(
+                !text.contains("[[") && !text.contains("[="),
+                "a long bracket"
+            );
+            assert_eq!(uncommented(text).lines().count(), text.lines().count());
+        }
+        assert_eq!(scripts.all().len(), 2 * Kind::ALL.len() + 4);
+    }
 
     #[test]
     fn keys_carry_the_tag_and_the_suffix() {

@@ -60,6 +60,7 @@ mod systemd;
 mod twin_bucket_reload;
 mod twin_lease_overrides;
 mod twin_leases;
+mod twin_leases_batched;
 mod twin_leases_fixed;
 mod twin_leases_reload;
 mod twin_slots;
