@@ -5,9 +5,11 @@
 //! The scripts are assembled like the batch script ([`super::batch_script`]):
 //! the prelude, the shared parts and each algorithm's own file as a function, then a
 //! part of their own: the all-or-nothing group (`lua/all.lua`) with the loop of one
-//! group (`lua/all_one.lua`) or of several groups of one primary (`lua/all_batch.lua`,
-//! [`super::batch_all`]); `lua/give_back.lua` with `lua/give_back_loop.lua`. So the
-//! decisions are the algorithms' own, operation for operation.
+//! group (`lua/all_one.lua`) or of several groups and give-backs of one primary
+//! (`lua/all_batch.lua`, [`super::batch_all`]); `lua/give_back.lua` and
+//! `lua/give_back_keys.lua` with `lua/give_back_loop.lua`. So the decisions are the
+//! algorithms' own, operation for operation, and a give-back in a batch runs the
+//! give-back script's own steps.
 
 use super::batch_script::{head, DECLARED};
 use super::scripts::args;
@@ -25,7 +27,8 @@ pub struct Taken {
     pub at_us: i64,
 }
 
-/// [`head`], then the give-back functions listed in `give_backs`.
+/// [`head`], then the give-back functions listed in `give_backs`, and
+/// `give_back_keys()`, which gives back to several keys in turn.
 fn head_with_give_backs(first: &str) -> String {
     let mut lua = head(first);
     lua.push_str(include_str!("../../lua/give_back.lua"));
@@ -40,6 +43,7 @@ fn head_with_give_backs(first: &str) -> String {
         })
         .collect();
     lua.push_str(&format!("local give_backs = {{{}}}\n", names.join(", ")));
+    lua.push_str(include_str!("../../lua/give_back_keys.lua"));
     lua
 }
 
@@ -53,7 +57,7 @@ pub fn all_lua() -> String {
 }
 
 /// The all-or-nothing batch script (`lua/all.lua`, `lua/all_batch.lua`): several groups
-/// of one primary, each all or nothing. With `clustered`, Redis Cluster's: one key
+/// of one primary, each all or nothing, and give-backs (`lua/give_back_keys.lua`). With `clustered`, Redis Cluster's: one key
 /// declared to route the call, every key in `ARGV`, as the cluster batch script
 /// ([`super::batch_script::cluster_batch_lua`], which says what Redis checks).
 pub fn all_batch_lua(clustered: bool) -> String {
@@ -71,6 +75,13 @@ pub fn all_batch_lua(clustered: bool) -> String {
 pub fn all_batch_args(n: usize, group: &[Value], into: &mut Vec<Value>) {
     into.push(Value::Integer(n as i64));
     into.extend(group.iter().cloned());
+}
+
+/// The all-or-nothing batch script's share of `ARGV` for a give-back to `n` keys:
+/// minus the count, then the give-back's [`give_back_args`].
+pub fn give_back_batch_args(n: usize, give_back: &[Value], into: &mut Vec<Value>) {
+    into.push(Value::Integer(-(n as i64)));
+    into.extend(give_back.iter().cloned());
 }
 
 /// The give-back script (`lua/give_back.lua`, `lua/give_back_loop.lua`).

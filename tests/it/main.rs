@@ -34,6 +34,7 @@ mod envoy_listen;
 mod envoy_strict;
 mod eviction;
 mod garbage;
+mod give_backs_batched;
 mod harness;
 mod lab;
 mod local;

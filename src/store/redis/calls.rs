@@ -111,8 +111,11 @@ impl Store for RedisStore {
     ) -> impl Future<Output = Result<Vec<crate::store::multi::Taken>, StoreError>> + Send {
         let store = Arc::clone(self);
         let on = Arc::clone(&primary);
-        self.held(primary, hold, async move {
-            store.together_unbounded(&on, &items).await
+        // Stamped when the group goes out, alone or in a batch.
+        let sent = Arc::new(CallSent::default());
+        let stamp = Arc::clone(&sent);
+        self.held_sent(primary, hold, sent, async move {
+            store.together_unbounded(&on, &items, stamp).await
         })
     }
 
@@ -124,8 +127,11 @@ impl Store for RedisStore {
     ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send {
         let store = Arc::clone(self);
         let on = Arc::clone(&primary);
-        self.held(primary, hold, async move {
-            store.give_back_unbounded(&on, &items).await
+        // Stamped when the give-back goes out, alone or in a batch.
+        let sent = Arc::new(CallSent::default());
+        let stamp = Arc::clone(&sent);
+        self.held_sent(primary, hold, sent, async move {
+            store.give_back_unbounded(&on, &items, stamp).await
         })
     }
 
