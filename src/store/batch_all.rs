@@ -175,6 +175,7 @@ impl RedisStore {
                 return;
             }
         };
+        let mut alone = 0;
         for (g, item) in groups.into_iter().zip(replies) {
             let answer = match batch_reply::item_reply(item) {
                 Some(reply) => GroupAnswer::Replied(reply),
@@ -182,10 +183,19 @@ impl RedisStore {
                     for k in &g.keys {
                         self.unsettled.mark(k.0.as_bytes());
                     }
+                    alone += 1;
                     GroupAnswer::Alone
                 }
             };
             drop(g.reply.send(answer));
+        }
+        if alone > 0 {
+            // Counts only: keys are client data.
+            tracing::debug!(
+                primary = primary.name(),
+                alone,
+                "a batch refused groups with keys not provably this primary's: they go on their own"
+            );
         }
     }
 }

@@ -20,6 +20,8 @@ mod checkall;
 mod cluster;
 mod cluster_batch;
 mod cluster_batch_all;
+mod cluster_batch_leases;
+mod cluster_batch_leases_moves;
 mod cluster_batch_moves;
 mod cluster_batch_slow;
 mod cluster_slots;

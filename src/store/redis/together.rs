@@ -3,8 +3,11 @@
 //! for one primary go together ([`crate::store::batch_all`]); alone, one EVALSHA each,
 //! with `NOSCRIPT` reloaded as for a single decision.
 //!
-//! An `ASK` (the slot is migrating) is not followed here: the call fails as this key's
-//! error and the caller decides without Redis, as for any key error.
+//! A redirection (`ASK` while the slot migrates, `MOVED` once it has moved) of a group,
+//! or of a give-back to several keys, is not followed: the call fails as its keys'
+//! error and the caller decides without Redis, as for any key error (a give-back then
+//! leaves its units taken: fewer admissions, never more). A give-back to one key (a
+//! `REFUND`) follows it as a decision does ([`RedisStore::run_script_since`]).
 
 use super::RedisStore;
 use crate::algorithm::{Kind, Outcome, Params};
@@ -20,6 +23,7 @@ use fred::types::{FromValue, Key, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 impl RedisStore {
     /// Decides `items` (keys of one slot on `primary`) all or nothing, unbounded: with
@@ -63,6 +67,7 @@ impl RedisStore {
         items: &[(StoreKey, Params, u32, Option<i64>)],
         sent: Arc<CallSent>,
     ) -> Result<Vec<Outcome>, Error> {
+        let since = Instant::now();
         let shapes: Vec<(Params, u32, Option<i64>)> =
             items.iter().map(|(_, p, u, at)| (*p, *u, *at)).collect();
         let args = multi::give_back_args(&shapes);
@@ -72,9 +77,19 @@ impl RedisStore {
             return multi::given_back(&reply?, items.len());
         }
         sent.mark();
-        let keys: Vec<Key> = items.iter().map(|(k, ..)| k.0.clone()).collect();
         let script = self.scripts.give_back();
-        let reply: Vec<i64> = Box::pin(self.run_on_keys(primary, script, keys, args)).await?;
+        let reply: Vec<i64> = match items {
+            // One key (a REFUND; in Redis Cluster, a reservation's undo): a redirection is
+            // followed as for a decision.
+            [(key, ..)] => {
+                let one = self.run_script_since(primary, script, key, || args.clone(), since, None);
+                Box::pin(one).await?
+            }
+            _ => {
+                let keys: Vec<Key> = items.iter().map(|(k, ..)| k.0.clone()).collect();
+                Box::pin(self.run_on_keys(primary, script, keys, args)).await?
+            }
+        };
         multi::given_back(&reply, items.len())
     }
 
@@ -102,7 +117,7 @@ impl RedisStore {
             call,
             keys: keys.iter().map(|(k, _)| (*k).clone()).collect(),
             args: args.to_vec(),
-            since: tokio::time::Instant::now(),
+            since: Instant::now(),
             sent: Arc::clone(sent),
             reply,
         };
