@@ -7,8 +7,9 @@
 //! to fill a batch ([`super::queue`]): a call that finds fewer than
 //! [`super::queue::MAX_IN_FLIGHT`] batches in flight goes at once (alone, with its own
 //! script, when nothing else waits); the others queue and
-//! leave together when a batch comes back, or as soon as [`MAX_BATCH`] of them wait, or
-//! once the first of them has waited an eighth of `redis.timeout_ms` ([`QUEUED_AT_MOST`]).
+//! leave together when a batch comes back, or as soon as a full batch waits
+//! ([`MAX_BATCH`], a lease call counting [`LEASE_CALL_WEIGHT`]), or once the first of
+//! them has waited an eighth of `redis.timeout_ms` ([`QUEUED_AT_MOST`]).
 //! So a call waits in this queue for at most one batch's round trip, never while a
 //! full batch could go, and never long behind a slow Redis: a Redis answering in
 //! somewhat less than `redis.timeout_ms` answers its calls in time, batched or not,
@@ -58,10 +59,17 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-/// At most this many calls per EVALSHA. It bounds how long one script holds Redis
-/// (about 7–10 µs per token-bucket decision under `redis-benchmark`: under 1 ms for a
-/// full batch; a lease call costs about as much) and the size of one reply.
+/// At most this many decisions per EVALSHA (a lease call counts [`LEASE_CALL_WEIGHT`]).
+/// It bounds how long one script holds Redis (about 7–10 µs per token-bucket decision
+/// under `redis-benchmark`: under 1 ms for a full batch) and the size of one reply.
 pub const MAX_BATCH: usize = 64;
+
+/// What a lease call counts for in a batch's [`MAX_BATCH`]: it costs Redis about three
+/// decisions' work (`benches/script_instructions.sh`, callgrind: 173,993 instructions
+/// per batched lease call that takes a lease, 70,029 per batched token-bucket decision;
+/// 64 of them in one EVALSHA took 2.4 ms where 64 decisions took 0.85 ms), so a batch
+/// holds at most 21 of them.
+pub const LEASE_CALL_WEIGHT: usize = 3;
 
 /// The longest the first call waiting for a batch in flight to come back waits, as a
 /// share of `redis.timeout_ms` (÷ 8: 12.5 ms of the default 100): past it, the calls
@@ -139,6 +147,13 @@ impl Queued for Job {
     fn since(&self) -> Instant {
         self.since
     }
+
+    fn weight(&self) -> usize {
+        match self.call {
+            Call::Decide(_) => 1,
+            Call::Lease(_) => LEASE_CALL_WEIGHT,
+        }
+    }
 }
 
 /// The queue of one primary's decisions and lease calls, and its sender task.
@@ -147,7 +162,8 @@ pub(super) type Batcher = Queue<Job>;
 impl Queue<Job> {
     /// Starts the sender task for `primary` (once; later calls do nothing), for
     /// calls bounded by `timeout` (`redis.timeout_ms`): batches of at most
-    /// [`MAX_BATCH`], the first call queued at most `timeout` ÷ [`QUEUED_AT_MOST`].
+    /// [`MAX_BATCH`] decisions' weight, the first call queued at most `timeout` ÷
+    /// [`QUEUED_AT_MOST`].
     pub fn start(&self, store: Weak<RedisStore>, primary: Weak<Primary>, timeout: Duration) {
         let queued_at_most = timeout / QUEUED_AT_MOST;
         self.run(
