@@ -64,11 +64,12 @@ use tokio::time::Instant;
 /// under `redis-benchmark`: under 1 ms for a full batch) and the size of one reply.
 pub const MAX_BATCH: usize = 64;
 
-/// What a lease call counts for in a batch's [`MAX_BATCH`]: it costs Redis about three
-/// decisions' work (`benches/script_instructions.sh`, callgrind: 173,993 instructions
-/// per batched lease call that takes a lease, 70,029 per batched token-bucket decision;
-/// 64 of them in one EVALSHA took 2.4 ms where 64 decisions took 0.85 ms), so a batch
-/// holds at most 21 of them.
+/// What a lease call counts for in a batch's [`MAX_BATCH`]: it costs Redis up to about
+/// three decisions' work (`benches/script_instructions.sh`, callgrind: 173,993
+/// instructions per batched lease call that takes a lease, 132,193 for a cold key's
+/// that asks for nothing, 70,029 per batched token-bucket decision; 64 lease calls in
+/// one EVALSHA took 2.4 ms where 64 decisions took 0.85 ms), so a batch holds at most
+/// 21 of them.
 pub const LEASE_CALL_WEIGHT: usize = 3;
 
 /// The longest the first call waiting for a batch in flight to come back waits, as a
