@@ -10,9 +10,13 @@
 #           groups (BATCH decisions) per EVALSHA, every group allowed (new keys)
 #   deny    the same groups, each denied on its second key (a cost above the capacity):
 #           the first key is taken, then given back, and both are reported as dry runs
+#   lease   a token bucket's lease call (lua/lease_token_bucket.lua) asking for a lease
+#           of 50 tokens, one EVALSHA each (a hot key's call: a lease granted and
+#           recorded; its key new, so nothing to settle)
+#   lease_batch  the same calls through the batch script, BATCH per EVALSHA
 # Each count is that run's instructions minus those of a run of N/10 decisions,
 # divided by the difference in decisions (for all and deny, a decision is one key of a
-# group: a group of two costs twice the figure).
+# group: a group of two costs twice the figure; for lease and lease_batch, a lease call).
 #
 #   bash benches/script_instructions.sh [N] [BATCH] [MODES]  # defaults 2000 20 "seed single batch all deny"
 set -euo pipefail
@@ -27,6 +31,7 @@ bench_work script-instr
 cargo run --release --quiet -p ratelimitd-tools --bin script_text -- batch >"$work/batch.lua" 2>/dev/null
 cargo run --release --quiet -p ratelimitd-tools --bin script_text -- token_bucket >"$work/single.lua" 2>/dev/null
 cargo run --release --quiet -p ratelimitd-tools --bin script_text -- all_batch >"$work/all.lua" 2>/dev/null
+cargo run --release --quiet -p ratelimitd-tools --bin script_text -- lease_token_bucket >"$work/lease.lua" 2>/dev/null
 cp benches/seed_token_bucket.lua "$work/seed.lua"
 
 # count WORKLOAD DECISIONS: redis-server's total instructions serving them.
@@ -71,13 +76,24 @@ try:
             sys.exit(f"script_instructions.sh: Redis replied {line.strip()!r}")
         return line.strip()
     sha = {}
-    for name in ("seed", "single", "batch", "all"):
+    for name in ("seed", "single", "batch", "all", "lease"):
         f.write(cmd("SCRIPT", "LOAD", open(f"{work}/{name}.lua").read())); f.flush()
         sha[name] = read()
     # capacity 1000 tokens, refill 1000/s, cost 1 (micro-units, as the daemon sends)
     args = [1000000000, 1000, 1000000]
+    # A lease call's (src/store/scripts.rs lease_args): the decision's, "" for TIME, the
+    # holder, nothing given back, 50 tokens wanted for 1 s, no pace, no clocks.
+    lease = args + ["", "bench", 0, 0, 50000000, 1000000, 0, "", 0, "", "", "", 0]
     reqs = []
-    if w == "batch":
+    if w == "lease":
+        reqs = [cmd("EVALSHA", sha["lease"], 1, f"rl:{{k:{i}}}:tb", *lease) for i in range(n)]
+    elif w == "lease_batch":
+        # The lease calls' functions follow the six algorithms' decisions.
+        for j in range(n // batch):
+            keys = [f"rl:{{k:{j * batch + i}}}:tb" for i in range(batch)]
+            items = [x for _ in keys for x in [6, len(lease)] + lease]
+            reqs.append(cmd("EVALSHA", sha["batch"], len(keys), *keys, *items))
+    elif w == "batch":
         for j in range(n // batch):
             keys = [f"rl:{{k:{j * batch + i}}}:tb" for i in range(batch)]
             items = [x for _ in keys for x in [0, len(args)] + args]
@@ -113,7 +129,7 @@ for line in open(out):
 PY
 }
 
-printf '| what Redis runs | instructions per decision |\n|---|---:|\n'
+printf '| what Redis runs | instructions per decision (lease, lease_batch: per lease call) |\n|---|---:|\n'
 small=$((N / 10))
 for w in $MODES; do
     base=$(count "$w" "$small")

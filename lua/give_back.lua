@@ -1,8 +1,10 @@
--- Giving units back (REFUND, and the undo of a CHECKALL's reservation), per algorithm,
--- then the loop. src/store/multi.rs builds the script: as the all-or-nothing script
--- (prelude.lua, the shared parts, each algorithm as `decide_<kind>(ARGV)` listed in
--- `algorithms`), then this file, then `local give_backs = {give_back_<suffix>, ...}` in
--- the algorithm table's order and the loop (lua/give_back_loop.lua).
+-- Giving units back (REFUND, and the undo of a CHECKALL's reservation), per algorithm.
+-- src/store/multi.rs builds the scripts that give back: the prelude, the shared parts,
+-- each algorithm as `decide_<kind>(ARGV)` listed in `algorithms`, then this file, then
+-- `local give_backs = {give_back_<suffix>, ...}` in the algorithm table's order and
+-- give_back_keys() (lua/give_back_keys.lua), then a loop: the give-back script's
+-- (lua/give_back_loop.lua), or the all-or-nothing scripts' (lua/all.lua with
+-- lua/all_one.lua or lua/all_batch.lua, whose batches also carry give-backs).
 --
 -- Each give_back_<suffix>(args, at) reads KEYS[1] and writes back at most args[3]
 -- units (µ-units for buckets, as costs are) at `now` (Redis TIME): never beyond the
@@ -17,9 +19,10 @@
 
 -- The run-time override of KEYS[1] read on its own (a give-back reads no decision's
 -- state first): prelude.lua override() of its ov field, or side_override()
--- (side_override.lua) for a key that is not a hash.
-local function override_of(args)
-  local s = redis.pcall('HMGET', KEYS[1], 'ov')
+-- (side_override.lua) for a key that is not a hash. `s`, when given, is that field as
+-- redis.pcall('HMGET', KEYS[1], 'ov') read it already.
+local function override_of(args, s)
+  s = s or redis.pcall('HMGET', KEYS[1], 'ov')
   if s.err then
     -- Not a hash (a sorted set: its override is beside it), or a key Redis refuses
     -- (the give-back's own read raises it).

@@ -1,69 +1,89 @@
-//! Decisions for one primary sent together. Every EVALSHA costs Redis a command, a
-//! script call and a `TIME`, and costs the daemon a call through fred (its command,
-//! frame and futures). The decisions waiting for a primary when its sender task runs go
-//! in one EVALSHA of the batch script (`lua/batch.lua`), which runs each decision's own
-//! algorithm script as a function, in order, on its own key. Nothing waits to fill a
-//! batch ([`super::queue`]): a decision that finds fewer than
+//! Decisions and lease calls for one primary sent together. Every EVALSHA costs Redis
+//! a command, a script call and a `TIME`, and costs the daemon a call through fred (its
+//! command, frame and futures). The calls waiting for a primary when its sender task
+//! runs go in one EVALSHA of the batch script (`lua/batch.lua`), which runs each call's
+//! own script as a function, in order, on its own key: a decision's algorithm script,
+//! or a lease call's lease script (`lease = "auto"`: [`super::lease`]). Nothing waits
+//! to fill a batch ([`super::queue`]): a call that finds fewer than
 //! [`super::queue::MAX_IN_FLIGHT`] batches in flight goes at once (alone, with its own
 //! script, when nothing else waits); the others queue and
-//! leave together when a batch comes back, or as soon as [`MAX_BATCH`] of them wait, or
-//! once the first of them has waited an eighth of `redis.timeout_ms` ([`QUEUED_AT_MOST`]).
-//! So a decision waits in this queue for at most one batch's round trip, never while a
+//! leave together when a batch comes back, or as soon as a full batch waits
+//! ([`MAX_BATCH`], a lease call counting [`LEASE_CALL_WEIGHT`]), or once the first of
+//! them has waited an eighth of `redis.timeout_ms` ([`QUEUED_AT_MOST`]).
+//! So a call waits in this queue for at most one batch's round trip, never while a
 //! full batch could go, and never long behind a slow Redis: a Redis answering in
-//! somewhat less than `redis.timeout_ms` answers its decisions in time, batched or not,
+//! somewhat less than `redis.timeout_ms` answers its calls in time, batched or not,
 //! where waiting for a batch's round trip and then for its own would take two.
 //!
-//! Each decision keeps its own key and arguments, its reply, its `redis.timeout_ms`
+//! Each call keeps its own key and arguments, its reply, its `redis.timeout_ms`
 //! (the caller bounds its wait for the batch's answer, the time queued here included)
 //! and its report to the primary's breaker, which hears a batch as the one call it is:
-//! every decision carries the batch's send time ([`CallSent`]). A decision's Redis error (a foreign key's
-//! `WRONGTYPE`, `OOM`) is its own reply; an error of the whole call (the connection,
-//! `NOSCRIPT` after the reloads) is every decision's. The probes of an open breaker do
-//! not queue here: they measure Redis.
+//! every call carries the batch's send time ([`CallSent`]). A call's Redis error (a
+//! foreign key's `WRONGTYPE`, `OOM`) is its own reply; an error of the whole call (the
+//! connection, `NOSCRIPT` after the reloads) is every call's. The probes of an open
+//! breaker do not queue here: they measure Redis. A lease call goes out only while its
+//! caller waits for it ([`super::gate`]): a batch leaves out the lease calls whose
+//! callers gave up, and holds the others' gates until it is on the connection, so that
+//! a holder's calls of one key reach Redis in the order it made them.
 //!
 //! Redis Cluster: each primary has its own queue, and a batch holds keys of any of its
-//! slots (the cluster batch script, [`scripts::cluster_batch_lua`]: one key declared to
+//! slots (the cluster batch script, [`batch_script::cluster_batch_lua`]: one key declared to
 //! route the call, the others in `ARGV`). Redis refuses, per key, a key it cannot vouch
 //! for as the node's own and not moved away (another node's slot, a migrating slot's
-//! absent key, an importing slot's key): such a decision is answered [`Answer::Alone`]
+//! absent key, an importing slot's key): such a call is answered [`Answer::Alone`]
 //! and its caller sends it on its own, where `ASK` and `MOVED` are followed, and its slot
 //! is held in doubt for a while ([`super::redis::unsettled`]): its keys skip the batches.
-//! A batch whose routing key itself is redirected sends every decision alone.
+//! A batch whose routing key itself is redirected sends every call alone.
 //!
 //! Not batched: the sliding window log (its decision reads up to `limit` entries: a
-//! batch would hold all of its decisions as long as the slowest), and lease calls.
+//! batch would hold all of its decisions as long as the slowest), which takes no leases.
 
+use super::batch_reply::item_reply;
+use super::batch_script;
+use super::gate::{self, Gate};
 use super::health::CallSent;
 use super::queue::{Queue, Queued};
 use super::redis::RedisStore;
-use super::scripts;
+use super::scripts::Scripts;
 use super::topology::Primary;
 use super::StoreKey;
 use crate::algorithm::Kind;
 use fred::error::{Error, ErrorKind};
 use fred::types::scripts::Script;
 use fred::types::{Key, Value};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-/// At most this many decisions per EVALSHA. It bounds how long one script holds Redis
-/// (about 7–10 µs per token-bucket decision under `redis-benchmark`: under 1 ms for a
-/// full batch) and the size of one reply.
+/// At most this many decisions per EVALSHA (a lease call counts [`LEASE_CALL_WEIGHT`]).
+/// It bounds how long one script holds Redis (about 7–10 µs per token-bucket decision
+/// under `redis-benchmark`: under 1 ms for a full batch) and the size of one reply.
 pub const MAX_BATCH: usize = 64;
 
-/// The longest the first decision waiting for a batch in flight to come back waits, as
-/// a share of `redis.timeout_ms` (÷ 8: 12.5 ms of the default 100): past it, the
-/// decisions waiting go in a batch of their own. A healthy Redis answers a batch in well
+/// What a lease call counts for in a batch's [`MAX_BATCH`]: it costs Redis up to about
+/// three decisions' work (`benches/script_instructions.sh`, callgrind: 173,993
+/// instructions per batched lease call that takes a lease, 132,193 for a cold key's
+/// that asks for nothing, 70,029 per batched token-bucket decision; 64 lease calls in
+/// one EVALSHA took 2.4 ms where 64 decisions took 0.85 ms), so a batch holds at most
+/// 21 of them.
+pub const LEASE_CALL_WEIGHT: usize = 3;
+
+/// The longest the first call waiting for a batch in flight to come back waits, as a
+/// share of `redis.timeout_ms` (÷ 8: 12.5 ms of the default 100): past it, the calls
+/// waiting go in a batch of their own. A healthy Redis answers a batch in well
 /// under a millisecond, so only a slow one meets it.
 pub const QUEUED_AT_MOST: u32 = 8;
 
-/// What a decision's own script replied, or its error.
-pub type Reply = Result<Vec<i64>, Error>;
+pub use super::batch_reply::Reply;
 
-/// What a batch did with one decision.
+/// A batch's EVALSHA once on its connection: its answer to come.
+type OnTheWire<'a> = Pin<Box<dyn Future<Output = Result<Value, Error>> + Send + 'a>>;
+
+/// What a batch did with one call.
 pub(super) enum Answer {
     /// Decided (or failed) as its own EVALSHA would have been.
     Replied(Reply),
@@ -72,24 +92,55 @@ pub(super) enum Answer {
     Alone,
 }
 
-/// True when decisions of `kind` may go in a batch: all but the sliding window log's
-/// and a concurrency rule's (its slots are taken and given back by their own script,
-/// `lua/concurrency.lua`; a dry run of one, `INSPECT`'s, goes alone).
+/// True when decisions and lease calls of `kind` may go in a batch: all but the
+/// sliding window log's and a concurrency rule's (its slots are taken and given back by
+/// their own script, `lua/concurrency.lua`; a dry run of one, `INSPECT`'s, goes alone).
 pub fn batchable(kind: Kind) -> bool {
     !matches!(kind, Kind::SlidingWindowLog | Kind::Concurrency)
 }
 
-/// One decision waiting to be sent.
+/// Which script a job runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Call {
+    /// A decision: its algorithm's script ([`super::scripts::args`] or
+    /// [`super::scripts::peek_args`]).
+    Decide(Kind),
+    /// A lease call (`lease = "auto"`): its algorithm's lease script
+    /// ([`super::scripts::lease_args`]).
+    Lease(Kind),
+}
+
+impl Call {
+    /// Its own script, which it runs alone.
+    pub fn script(self, scripts: &Scripts) -> &Script {
+        match self {
+            Call::Decide(kind) => scripts.of(kind),
+            Call::Lease(kind) => scripts.lease_of(kind),
+        }
+    }
+
+    /// Its function's index in the batch script ([`batch_script::batch_args`]).
+    pub fn index(self) -> usize {
+        match self {
+            Call::Decide(kind) => kind as usize,
+            Call::Lease(kind) => batch_script::lease_index(kind),
+        }
+    }
+}
+
+/// One call waiting to be sent: a decision or a lease call.
 pub(super) struct Job {
     pub key: StoreKey,
-    pub kind: Kind,
-    /// Its own script's arguments ([`scripts::args`] or [`scripts::peek_args`]).
+    pub call: Call,
+    /// Its own script's arguments.
     pub args: Vec<Value>,
     /// When its caller started waiting (an `ASK` followed gets what is left of
     /// `redis.timeout_ms`).
     pub since: Instant,
     /// Stamped when the call carrying it goes out (the breaker counts a call once).
     pub sent: Arc<CallSent>,
+    /// A lease call's: sent only while its caller waits ([`super::gate`]).
+    pub gate: Option<Arc<Gate>>,
     pub reply: oneshot::Sender<Answer>,
 }
 
@@ -97,15 +148,23 @@ impl Queued for Job {
     fn since(&self) -> Instant {
         self.since
     }
+
+    fn weight(&self) -> usize {
+        match self.call {
+            Call::Decide(_) => 1,
+            Call::Lease(_) => LEASE_CALL_WEIGHT,
+        }
+    }
 }
 
-/// The queue of one primary's decisions and its sender task.
+/// The queue of one primary's decisions and lease calls, and its sender task.
 pub(super) type Batcher = Queue<Job>;
 
 impl Queue<Job> {
     /// Starts the sender task for `primary` (once; later calls do nothing), for
-    /// decisions bounded by `timeout` (`redis.timeout_ms`): batches of at most
-    /// [`MAX_BATCH`], the first decision queued at most `timeout` ÷ [`QUEUED_AT_MOST`].
+    /// calls bounded by `timeout` (`redis.timeout_ms`): batches of at most
+    /// [`MAX_BATCH`] decisions' weight, the first call queued at most `timeout` ÷
+    /// [`QUEUED_AT_MOST`].
     pub fn start(&self, store: Weak<RedisStore>, primary: Weak<Primary>, timeout: Duration) {
         let queued_at_most = timeout / QUEUED_AT_MOST;
         self.run(
@@ -121,55 +180,75 @@ impl Queue<Job> {
 }
 
 impl RedisStore {
+    /// Queues `job` for `primary`'s batches and waits for its answer on `answer` (the
+    /// other end of its `reply`): `Some` its reply, `None` when the caller must send it
+    /// on its own (Redis Cluster refused its key, or the sender task is gone).
+    pub(super) async fn batched(
+        &self,
+        primary: &Primary,
+        job: Job,
+        answer: oneshot::Receiver<Answer>,
+    ) -> Option<Reply> {
+        primary.batch.submit(job).ok()?;
+        // Only a bug of this process drops a job unanswered: the key's problem (an
+        // `ERR`), decided without Redis, not a failure of Redis.
+        match answer.await {
+            Ok(Answer::Replied(reply)) => Some(reply),
+            Ok(Answer::Alone) => None,
+            Err(_) => Some(Err(Error::new(
+                ErrorKind::Unknown,
+                "ERR the batch sender stopped",
+            ))),
+        }
+    }
+
     /// Sends `batch` to `primary` and answers each job: one job with its own script
     /// (as without batching), more with the batch script, re-loaded on `NOSCRIPT` and
     /// retried as [`RedisStore::run_script_since`] does.
     async fn send_batch(&self, primary: &Primary, mut batch: Vec<Job>) {
-        for job in &batch {
-            job.sent.mark();
-        }
         if batch.len() == 1 {
             if let Some(job) = batch.pop() {
-                let script = self.scripts.of(job.kind);
+                job.sent.mark();
+                let script = job.call.script(&self.scripts);
                 let args = || job.args.clone();
+                let gate = job.gate.as_deref();
                 let reply = self
-                    .run_script_since(primary, script, &job.key, args, job.since)
+                    .run_script_since(primary, script, &job.key, args, job.since, gate)
                     .await;
                 // The caller may have stopped waiting (its timeout): nothing to do.
                 drop(job.reply.send(Answer::Replied(reply)));
             }
             return;
         }
-        let keys: Vec<Key> = batch.iter().map(|j| j.key.0.clone()).collect();
-        let cluster = self.scripts.cluster_batch();
-        let (script, declared) = match cluster {
-            Some(script) => (script, vec![keys[0].clone()]),
-            None => (self.scripts.batch(), keys.clone()),
-        };
-        let args = || {
-            let items: usize = batch.iter().map(|j| j.args.len() + 2).sum();
-            let mut args = Vec::with_capacity(items + keys.len() + 1);
-            if cluster.is_some() {
-                scripts::cluster_batch_call(&keys, &mut args);
+        let mut generation = primary.reloads.load(Ordering::Acquire);
+        let mut reloads = 0;
+        let answer = loop {
+            let Some(call) = self.put_on_wire(primary, &mut batch) else {
+                return;
+            };
+            match call.await {
+                Err(e) if reloads < 2 && e.details().starts_with("NOSCRIPT") => {
+                    if let Err(e) = self.reload_scripts(primary, generation).await {
+                        answer_all(batch, &e);
+                        return;
+                    }
+                    generation = primary.reloads.load(Ordering::Acquire);
+                    reloads += 1;
+                }
+                answer => break answer,
             }
-            for job in &batch {
-                scripts::batch_args(job.kind, &job.args, &mut args);
-            }
-            args
         };
-        let answer = self
-            .evalsha_reloading(primary, script, &declared, args)
-            .await;
+        let cluster = self.clustered;
         let replies = match answer {
             Ok(Value::Array(items)) if items.len() == batch.len() => items,
             // The routing key's slot is migrating or has moved: that says nothing of the
             // others, each goes on its own.
-            Err(e) if cluster.is_some() && is_redirect(&e) => {
-                self.unsettled.mark(keys[0].as_bytes());
+            Err(e) if cluster && is_redirect(&e) => {
+                self.unsettled.mark(batch[0].key.0.as_bytes());
                 tracing::debug!(
                     primary = primary.name(),
                     alone = batch.len(),
-                    "a batch was redirected: its decisions go on their own"
+                    "a batch was redirected: its calls go on their own"
                 );
                 for job in batch {
                     drop(job.reply.send(Answer::Alone));
@@ -195,30 +274,48 @@ impl RedisStore {
         self.answer_each(primary, batch, replies);
     }
 
-    /// EVALSHA of `script` on `primary` with `declared` keys and `args()`, the scripts
-    /// re-loaded on `NOSCRIPT` (one caller for all) and the call retried, twice at most.
-    async fn evalsha_reloading(
-        &self,
-        primary: &Primary,
-        script: &Script,
-        declared: &[Key],
-        args: impl Fn() -> Vec<Value>,
-    ) -> Result<Value, Error> {
-        let mut generation = primary.reloads.load(Ordering::Acquire);
-        let mut reloads = 0;
-        loop {
-            let reply: Result<Value, Error> = script
-                .evalsha(&primary.client, declared.to_vec(), args())
-                .await;
-            match reply {
-                Err(e) if reloads < 2 && e.details().starts_with("NOSCRIPT") => {
-                    self.reload_scripts(primary, generation).await?;
-                    generation = primary.reloads.load(Ordering::Acquire);
-                    reloads += 1;
-                }
-                reply => return reply,
+    /// Puts the EVALSHA of `batch` on `primary`'s connection and returns its answer to
+    /// come; `None` when nothing is left to send. The lease calls whose callers stopped
+    /// waiting are taken out of `batch` first (answered [`gate::not_sent`]), and every
+    /// other lease call's gate is held until the command is on the connection
+    /// ([`super::gate`]): none goes out after its caller gave up.
+    fn put_on_wire<'a>(
+        &'a self,
+        primary: &'a Primary,
+        batch: &mut Vec<Job>,
+    ) -> Option<OnTheWire<'a>> {
+        let gates: Vec<Option<Arc<Gate>>> = batch.iter().map(|j| j.gate.clone()).collect();
+        let held: Vec<Option<_>> = gates.iter().map(|g| g.as_deref().map(Gate::open)).collect();
+        let mut kept = Vec::with_capacity(batch.len());
+        for (job, open) in batch.drain(..).zip(&held) {
+            match open {
+                Some(None) => drop(job.reply.send(Answer::Replied(Err(gate::not_sent())))),
+                _ => kept.push(job),
             }
         }
+        *batch = kept;
+        if batch.is_empty() {
+            return None;
+        }
+        let keys: Vec<Key> = batch.iter().map(|j| j.key.0.clone()).collect();
+        let items: usize = batch.iter().map(|j| j.args.len() + 2).sum();
+        let mut args = Vec::with_capacity(items + keys.len() + 1);
+        let declared = match self.clustered {
+            true => batch_script::cluster_batch_call(&keys, &mut args),
+            false => keys,
+        };
+        for job in batch.iter() {
+            job.sent.mark();
+            batch_script::batch_args(job.call.index(), &job.args, &mut args);
+        }
+        let script = self.scripts.batch();
+        let mut call = Box::pin(script.evalsha::<Value, _, _, _>(&primary.client, declared, args));
+        let done = gate::poll_once(&mut call);
+        drop(held);
+        Some(match done {
+            Some(answer) => Box::pin(std::future::ready(answer)),
+            None => call,
+        })
     }
 
     /// Hands each job its item of a batch's reply; a key Redis refused as not provably
@@ -257,101 +354,5 @@ fn is_redirect(e: &Error) -> bool {
 fn answer_all(batch: Vec<Job>, e: &Error) {
     for job in batch {
         drop(job.reply.send(Answer::Replied(Err(e.clone()))));
-    }
-}
-
-/// One decision's part of the batch script's reply: its script's integers, or the text
-/// of its error; `None` for a key Redis refused as not the node's own (`ALONE …`).
-pub(super) fn item_reply(item: Value) -> Option<Reply> {
-    let text = match item {
-        Value::Array(values) => {
-            return Some(
-                values
-                    .into_iter()
-                    .map(|v| match v {
-                        Value::Integer(i) => Ok(i),
-                        other => Err(Error::new(
-                            ErrorKind::Parse,
-                            format!("script returned {other:?} where an integer was expected"),
-                        )),
-                    })
-                    .collect(),
-            )
-        }
-        Value::String(text) => text.to_string(),
-        Value::Bytes(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        other => {
-            return Some(Err(Error::new(
-                ErrorKind::Parse,
-                format!("batch script returned {other:?} for one decision"),
-            )))
-        }
-    };
-    match text.starts_with("ALONE ") {
-        true => None,
-        false => Some(Err(item_error(&text))),
-    }
-}
-
-/// The error a decision's own EVALSHA would have got for the error text `text` (the
-/// kinds fred gives the error replies a decision script can meet), so that it is
-/// classified as without batching ([`super::StoreError::from_redis`]).
-fn item_error(text: &str) -> Error {
-    let kind = match text.split_whitespace().next() {
-        Some("WRONGTYPE") => ErrorKind::InvalidArgument,
-        Some("NOAUTH" | "WRONGPASS") => ErrorKind::Auth,
-        Some("MOVED" | "ASK" | "CLUSTERDOWN") => ErrorKind::Cluster,
-        _ => ErrorKind::Unknown,
-    };
-    Error::new(kind, text.to_owned())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::StoreError;
-
-    #[test]
-    fn an_item_reads_as_its_own_script_reply() {
-        let ok = Value::Array(vec![1.into(), 4.into(), 1000.into(), 0.into()]);
-        assert_eq!(
-            item_reply(ok).and_then(Result::ok),
-            Some(vec![1, 4, 1000, 0])
-        );
-        let bad = Value::Array(vec![1.into(), Value::from("x")]);
-        assert!(matches!(item_reply(bad), Some(Err(_))));
-        let refused =
-            Value::from("ALONE ERR Script attempted to access a non local key in a cluster node");
-        assert!(item_reply(refused).is_none());
-    }
-
-    #[test]
-    fn item_errors_are_classified_as_a_lone_call_s() {
-        let key = |text: &str| {
-            let e = item_reply(Value::from(text))
-                .and_then(Result::err)
-                .map(StoreError::from_redis);
-            matches!(e, Some(StoreError::Key(_)))
-        };
-        // The key's own problem: decided without Redis, Redis stays in use.
-        assert!(key(
-            "WRONGTYPE Operation against a key holding the wrong kind of value"
-        ));
-        assert!(key("ERR user_script:3: attempt to index a nil value"));
-        // Redis cannot decide: the breaker hears it.
-        assert!(!key(
-            "OOM command not allowed when used memory > 'maxmemory'."
-        ));
-        assert!(!key(
-            "ERR The user executing the script can't run this command"
-        ));
-        assert!(!key(
-            "ERR ACL failure in script: User ratelimitd has no permissions to run the 'pexpire' command"
-        ));
-        // Redis 5 and 6 raise a script's Redis error as text: the batch script keeps it
-        // behind "ERR", as those versions' own EVAL error does.
-        assert!(!key(
-            "ERR @user_script: 3: -OOM command not allowed when used memory > 'maxmemory'."
-        ));
     }
 }

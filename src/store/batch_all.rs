@@ -1,34 +1,43 @@
-//! All-or-nothing groups for one primary sent together (`CHECKALL`, composite rules).
-//! A group is the keys of one request on one slot, decided all or nothing (on a
-//! standalone Redis, every key of the request; in Redis Cluster, the keys of one slot,
-//! or one key: a *reservation*). Each group alone would be one EVALSHA of the
-//! all-or-nothing script, which pays for the whole script (the prelude, every algorithm,
-//! the give-backs) on every call; the groups waiting for a primary when its sender task
-//! runs go instead in one EVALSHA of the all-or-nothing batch script
-//! (`lua/all_batch.lua`), which decides each group all or nothing on its own, in turn.
+//! All-or-nothing groups and give-backs for one primary sent together (`CHECKALL`,
+//! composite rules; `REFUND`, the undo of a reservation). A group is the keys of one
+//! request on one slot, decided all or nothing (on a standalone Redis, every key of the
+//! request; in Redis Cluster, the keys of one slot, or one key: a *reservation*); a
+//! give-back, units given back to keys of one slot. Each alone would be one EVALSHA of
+//! the all-or-nothing script or of the give-back script, which pays for the whole script
+//! (the prelude, every algorithm, the give-backs) on every call; the groups and
+//! give-backs waiting for a primary when its sender task runs go instead in one EVALSHA
+//! of the all-or-nothing batch script (`lua/all_batch.lua`), which decides each group
+//! all or nothing on its own, and gives back each give-back as the give-back script
+//! does (`lua/give_back_keys.lua`), in turn.
 //!
 //! The queue is the single decisions' kind ([`super::queue`]): nothing waits to fill a
 //! batch (a group that finds fewer than [`super::queue::MAX_IN_FLIGHT`] batches in
 //! flight goes at once, with the all-or-nothing script of one group when nothing else
-//! waits), none waits long behind a slow Redis, each group keeps its own reply, `redis.timeout_ms` and report to the primary's breaker,
-//! an error of one group is its own and an error of the whole call is every group's.
+//! waits), none waits long behind a slow Redis, each group keeps its own reply,
+//! `redis.timeout_ms` and report to the primary's breaker (the batch's send time:
+//! [`CallSent`]), an error of one group is its own and an error of the whole call is
+//! every group's.
 //!
 //! Redis Cluster: a group one of whose keys Redis refuses as not the node's own is
 //! answered [`GroupAnswer::Alone`] (the script gave back what its other keys took
-//! first: the group took nothing) and its caller sends it on its own; its slot is held
-//! in doubt ([`super::redis::unsettled`]). A batch whose routing key is redirected
-//! sends every group alone.
+//! first: the group took nothing; a give-back reads every key before it writes one: it
+//! gave nothing back) and its caller sends it on its own; its slot is held in doubt
+//! ([`super::redis::unsettled`]). A batch whose routing key is redirected sends every
+//! group alone.
 //!
-//! Not batched: a group with a sliding window log's key ([`super::batch::batchable`]).
+//! Not batched: a group or a give-back with a sliding window log's key
+//! ([`super::batch::batchable`]: a log's give-back reads its entries too).
 
 use super::batch;
+use super::batch_reply;
+use super::health::CallSent;
 use super::queue::{Queue, Queued};
 use super::redis::RedisStore;
 use super::topology::Primary;
 use super::{multi, StoreKey};
 use fred::error::{Error, ErrorKind};
 use fred::types::{Key, Value};
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -40,21 +49,33 @@ pub const MAX_GROUPS: usize = 32;
 
 /// What a batch did with one group.
 pub(super) enum GroupAnswer {
-    /// Decided (or failed) as its own all-or-nothing EVALSHA would have been: eight
-    /// integers per key ([`multi::taken`]).
+    /// Decided (or failed) as its own EVALSHA would have been: eight integers per key
+    /// ([`multi::taken`]); for a give-back, seven ([`multi::given_back`]).
     Replied(Result<Vec<i64>, Error>),
-    /// Not decided, nothing taken (Redis Cluster): one of its keys may not be this
-    /// primary's now; the caller sends the group on its own.
+    /// Not decided, nothing taken or given back (Redis Cluster): one of its keys may
+    /// not be this primary's now; the caller sends the group on its own.
     Alone,
+}
+
+/// What a group asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum GroupCall {
+    /// Its keys decided all or nothing ([`multi::all_args`]).
+    Together,
+    /// Units given back to its keys ([`multi::give_back_args`]).
+    GiveBack,
 }
 
 /// One group waiting to be sent.
 pub(super) struct GroupJob {
+    pub call: GroupCall,
     pub keys: Vec<StoreKey>,
-    /// Its keys' items ([`multi::all_args`]).
+    /// Its keys' items.
     pub args: Vec<Value>,
     /// When its caller started waiting.
     pub since: Instant,
+    /// Stamped when the call carrying it goes out (the breaker counts a call once).
+    pub sent: Arc<CallSent>,
     pub reply: oneshot::Sender<GroupAnswer>,
 }
 
@@ -64,7 +85,7 @@ impl Queued for GroupJob {
     }
 }
 
-/// The queue of one primary's groups and its sender task.
+/// The queue of one primary's groups and give-backs, and its sender task.
 pub(super) type GroupBatcher = Queue<GroupJob>;
 
 impl Queue<GroupJob> {
@@ -86,13 +107,20 @@ impl Queue<GroupJob> {
 }
 
 impl RedisStore {
-    /// Sends `groups` to `primary` and answers each: one group with the all-or-nothing
-    /// script of one group, more with the batch script, re-loaded on `NOSCRIPT`.
+    /// Sends `groups` to `primary` and answers each: one group with its own script (the
+    /// all-or-nothing script of one group, or the give-back script), more with the
+    /// batch script, re-loaded on `NOSCRIPT`.
     async fn send_groups(&self, primary: &Primary, mut groups: Vec<GroupJob>) {
+        for g in &groups {
+            g.sent.mark();
+        }
         if groups.len() == 1 {
             if let Some(job) = groups.pop() {
                 let keys: Vec<Key> = job.keys.iter().map(|k| k.0.clone()).collect();
-                let script = self.scripts.together();
+                let script = match job.call {
+                    GroupCall::Together => self.scripts.together(),
+                    GroupCall::GiveBack => self.scripts.give_back(),
+                };
                 let reply = self.run_on_keys(primary, script, keys, job.args).await;
                 drop(job.reply.send(GroupAnswer::Replied(reply)));
             }
@@ -107,11 +135,16 @@ impl RedisStore {
             groups.iter().map(|g| g.args.len() + 1).sum::<usize>() + keys.len() + 1,
         );
         let declared = match cluster {
-            true => super::scripts::cluster_batch_call(&keys, &mut args),
+            true => super::batch_script::cluster_batch_call(&keys, &mut args),
             false => keys.clone(),
         };
         for g in &groups {
-            multi::all_batch_args(g.keys.len(), &g.args, &mut args);
+            match g.call {
+                GroupCall::Together => multi::all_batch_args(g.keys.len(), &g.args, &mut args),
+                GroupCall::GiveBack => {
+                    multi::give_back_batch_args(g.keys.len(), &g.args, &mut args);
+                }
+            }
         }
         let script = self.scripts.all_batch();
         let answer: Result<Value, Error> = self.run_on_keys(primary, script, declared, args).await;
@@ -142,17 +175,27 @@ impl RedisStore {
                 return;
             }
         };
+        let mut alone = 0;
         for (g, item) in groups.into_iter().zip(replies) {
-            let answer = match batch::item_reply(item) {
+            let answer = match batch_reply::item_reply(item) {
                 Some(reply) => GroupAnswer::Replied(reply),
                 None => {
                     for k in &g.keys {
                         self.unsettled.mark(k.0.as_bytes());
                     }
+                    alone += 1;
                     GroupAnswer::Alone
                 }
             };
             drop(g.reply.send(answer));
+        }
+        if alone > 0 {
+            // Counts only: keys are client data.
+            tracing::debug!(
+                primary = primary.name(),
+                alone,
+                "a batch refused groups with keys not provably this primary's: they go on their own"
+            );
         }
     }
 }

@@ -2,7 +2,10 @@
 //! and the one error type every store call returns.
 //!
 //! * [`redis`]: the Redis client (connection set-up, EVALSHA, probes);
-//! * `batch`: a standalone Redis's decisions sent several to an EVALSHA;
+//! * `batch`, `batch_all`: a primary's decisions and lease calls, and its
+//!   all-or-nothing groups and give-backs, sent several to an EVALSHA
+//!   ([`batch_script`] the scripts' text; `gate`: a lease call goes out only while its
+//!   caller waits);
 //! * [`scripts`]: what is sent to Redis per algorithm (script, key, arguments, reply);
 //! * [`topology`]: one connection per primary and the slot map;
 //! * [`health`]: whether a primary may be asked (its breaker; the daemon-wide view);
@@ -22,10 +25,13 @@
 
 mod batch;
 mod batch_all;
+mod batch_reply;
+pub mod batch_script;
 pub mod connect;
 pub mod connection_errors;
 pub mod credentials;
 pub mod expiry_walk;
+mod gate;
 pub mod health;
 pub mod hosts;
 pub mod lateness;

@@ -2,13 +2,16 @@
 //! rules) and for giving units back (`REFUND`, the undo of a reservation): the scripts,
 //! their arguments and how their replies are read.
 //!
-//! The scripts are assembled like the batch script ([`super::scripts::batch_lua`]):
+//! The scripts are assembled like the batch script ([`super::batch_script`]):
 //! the prelude, the shared parts and each algorithm's own file as a function, then a
 //! part of their own: the all-or-nothing group (`lua/all.lua`) with the loop of one
-//! group (`lua/all_one.lua`) or of several groups of one primary (`lua/all_batch.lua`,
-//! [`super::batch_all`]); `lua/give_back.lua` with `lua/give_back_loop.lua`. So the
-//! decisions are the algorithms' own, operation for operation.
+//! group (`lua/all_one.lua`) or of several groups and give-backs of one primary
+//! (`lua/all_batch.lua`, [`super::batch_all`]); `lua/give_back.lua` and
+//! `lua/give_back_keys.lua` with `lua/give_back_loop.lua`. So the decisions are the
+//! algorithms' own, operation for operation, and a give-back in a batch runs the
+//! give-back script's own steps.
 
+use super::batch_script::{head, DECLARED};
 use super::scripts::args;
 use crate::algorithm::{Family, Kind, Outcome, Params};
 use fred::error::{Error, ErrorKind};
@@ -24,36 +27,8 @@ pub struct Taken {
     pub at_us: i64,
 }
 
-/// The head of a script on several keys declared in `KEYS`: `items` is `ARGV`, `keys`
-/// the declared keys, `at` 1; `ARGV` and `KEYS` emptied for the algorithms.
-const DECLARED: &str = "local items, ARGV, keys, KEYS = ARGV, {}, KEYS, {}\nlocal at = 1\n";
-
-/// The prelude, the shared parts and every algorithm as `decide_<index>(ARGV)` listed
-/// in `algorithms`, for a loop over several keys (the batch script's head), after
-/// `first` (where the keys come from: [`DECLARED`]).
-fn head(first: &str) -> String {
-    let mut lua = String::from(first);
-    lua.push_str(include_str!("../../lua/prelude.lua"));
-    let mut parts: Vec<&str> = Vec::new();
-    for part in Kind::ALL.iter().flat_map(|k| k.spec().parts) {
-        if !parts.contains(part) {
-            parts.push(part);
-            lua.push_str(part);
-        }
-    }
-    let mut names = Vec::new();
-    for kind in Kind::ALL {
-        let name = format!("decide_{}", *kind as usize);
-        lua.push_str(&format!("local function {name}(ARGV)\n"));
-        lua.push_str(kind.spec().body);
-        lua.push_str("\nend\n");
-        names.push(name);
-    }
-    lua.push_str(&format!("local algorithms = {{{}}}\n", names.join(", ")));
-    lua
-}
-
-/// [`head`], then the give-back functions listed in `give_backs`.
+/// [`head`], then the give-back functions listed in `give_backs`, and
+/// `give_back_keys()`, which gives back to several keys in turn.
 fn head_with_give_backs(first: &str) -> String {
     let mut lua = head(first);
     lua.push_str(include_str!("../../lua/give_back.lua"));
@@ -68,6 +43,7 @@ fn head_with_give_backs(first: &str) -> String {
         })
         .collect();
     lua.push_str(&format!("local give_backs = {{{}}}\n", names.join(", ")));
+    lua.push_str(include_str!("../../lua/give_back_keys.lua"));
     lua
 }
 
@@ -81,13 +57,13 @@ pub fn all_lua() -> String {
 }
 
 /// The all-or-nothing batch script (`lua/all.lua`, `lua/all_batch.lua`): several groups
-/// of one primary, each all or nothing. With `clustered`, Redis Cluster's: one key
+/// of one primary, each all or nothing, and give-backs (`lua/give_back_keys.lua`). With `clustered`, Redis Cluster's: one key
 /// declared to route the call, every key in `ARGV`, as the cluster batch script
-/// ([`super::scripts::cluster_batch_lua`], which says what Redis checks).
+/// ([`super::batch_script::cluster_batch_lua`], which says what Redis checks).
 pub fn all_batch_lua(clustered: bool) -> String {
     let mut lua = match clustered {
         false => head_with_give_backs(DECLARED),
-        true => head_with_give_backs(super::scripts::CLUSTER_HEAD),
+        true => head_with_give_backs(super::batch_script::CLUSTER_HEAD),
     };
     lua.push_str(include_str!("../../lua/all.lua"));
     lua.push_str(include_str!("../../lua/all_batch.lua"));
@@ -99,6 +75,13 @@ pub fn all_batch_lua(clustered: bool) -> String {
 pub fn all_batch_args(n: usize, group: &[Value], into: &mut Vec<Value>) {
     into.push(Value::Integer(n as i64));
     into.extend(group.iter().cloned());
+}
+
+/// The all-or-nothing batch script's share of `ARGV` for a give-back to `n` keys:
+/// minus the count, then the give-back's [`give_back_args`].
+pub fn give_back_batch_args(n: usize, give_back: &[Value], into: &mut Vec<Value>) {
+    into.push(Value::Integer(-(n as i64)));
+    into.extend(give_back.iter().cloned());
 }
 
 /// The give-back script (`lua/give_back.lua`, `lua/give_back_loop.lua`).

@@ -1,9 +1,11 @@
-//! One primary's queue of waiting calls and its sender task, shared by the single
-//! decisions' batches ([`super::batch`]) and the all-or-nothing groups'
-//! ([`super::batch_all`]). Nothing waits to fill a batch: what finds fewer than
-//! [`MAX_IN_FLIGHT`] batches in flight goes at once; the rest queue and leave together
-//! when a batch comes back, as soon as a full batch waits, or once the first of them has
-//! waited `queued_at_most` (a slow Redis must not hold a call through two round trips).
+//! One primary's queue of waiting calls and its sender task, shared by the batches of
+//! single decisions and lease calls ([`super::batch`]) and those of all-or-nothing
+//! groups and give-backs ([`super::batch_all`]). Nothing waits to fill a batch: what
+//! finds fewer than [`MAX_IN_FLIGHT`] batches in flight goes at once; the rest queue and
+//! leave together when a batch comes back, as soon as a full batch waits (a batch is
+//! bounded by its calls' weight: about what each costs Redis), or once the first of
+//! them has waited `queued_at_most` (a slow Redis must not hold a call through two round
+//! trips).
 
 use super::redis::RedisStore;
 use super::topology::Primary;
@@ -24,6 +26,33 @@ pub const MAX_IN_FLIGHT: usize = 2;
 pub(super) trait Queued: Send + 'static {
     /// When its caller started waiting.
     fn since(&self) -> Instant;
+
+    /// Its share of a batch's bound: about what it costs Redis, in the cheapest call's
+    /// (1).
+    fn weight(&self) -> usize {
+        1
+    }
+}
+
+/// The weight of `jobs` ([`Queued::weight`]).
+fn weight<J: Queued>(jobs: &[J]) -> usize {
+    jobs.iter().map(Queued::weight).sum()
+}
+
+/// Takes from the front of `jobs` the next batch: as many as fit in `max` (at least
+/// one); the others stay, in order, for the batch after.
+fn next_batch<J: Queued>(jobs: &mut Vec<J>, max: usize) -> Vec<J> {
+    let mut total = 0;
+    let fit = jobs
+        .iter()
+        .position(|j| {
+            total += j.weight();
+            total > max
+        })
+        .unwrap_or(jobs.len())
+        .max(1);
+    let rest = jobs.split_off(fit.min(jobs.len()));
+    std::mem::replace(jobs, rest)
 }
 
 /// The queue of one primary's calls of one kind, and its sender task.
@@ -56,7 +85,8 @@ impl<J: Queued> Queue<J> {
     }
 
     /// Starts the sender task for `primary` (once; later calls do nothing): batches of
-    /// at most `max` calls, each handed to `send` in a task of its own (the next batch
+    /// calls weighing at most `max` ([`Queued::weight`]), each handed to `send` in a
+    /// task of its own (the next batch
     /// goes out without waiting for this one's answer: fred pipelines them on the
     /// connection). It ends when the store or the primary goes away (the primary holds
     /// this queue).
@@ -84,12 +114,12 @@ impl<J: Queued> Queue<J> {
                 }
                 // A full batch goes at once: the cap on batches in flight only gathers
                 // calls, it never holds back more than a batch of them.
-                let room = max.saturating_sub(jobs.len());
+                let room = max.saturating_sub(weight(&jobs));
                 // Nor does it hold a call long behind a slow Redis.
                 let waited_enough = jobs.first().map(|j| j.since() + queued_at_most);
                 let permit = match Arc::clone(&in_flight).try_acquire_owned() {
                     Ok(permit) => Some(permit),
-                    Err(_) if jobs.len() >= max => None,
+                    Err(_) if room == 0 => None,
                     Err(_) => tokio::select! {
                         permit = Arc::clone(&in_flight).acquire_owned() => permit.ok(),
                         more = rx.recv_many(&mut jobs, room) => {
@@ -104,7 +134,7 @@ impl<J: Queued> Queue<J> {
                 let (Some(store), Some(primary)) = (store.upgrade(), primary.upgrade()) else {
                     return;
                 };
-                let batch = std::mem::replace(&mut jobs, Vec::with_capacity(max));
+                let batch = next_batch(&mut jobs, max);
                 let sent = send(store, primary, batch);
                 tokio::spawn(async move {
                     sent.await;
@@ -112,5 +142,33 @@ impl<J: Queued> Queue<J> {
                 });
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Call(usize);
+
+    impl Queued for Call {
+        fn since(&self) -> Instant {
+            Instant::now()
+        }
+        fn weight(&self) -> usize {
+            self.0
+        }
+    }
+
+    #[test]
+    fn a_batch_takes_what_fits_in_order_and_at_least_one_call() {
+        let weights = |jobs: &[Call]| jobs.iter().map(|c| c.0).collect::<Vec<_>>();
+        let mut jobs: Vec<Call> = [3, 1, 3, 1, 1].into_iter().map(Call).collect();
+        assert_eq!(weights(&next_batch(&mut jobs, 6)), vec![3, 1]);
+        assert_eq!(weights(&next_batch(&mut jobs, 6)), vec![3, 1, 1]);
+        assert!(jobs.is_empty());
+        let mut heavy = vec![Call(9), Call(1)];
+        assert_eq!(weights(&next_batch(&mut heavy, 6)), vec![9]);
+        assert_eq!(weights(&heavy), vec![1]);
     }
 }

@@ -11,10 +11,31 @@ use fred::error::{Error, ErrorKind};
 use fred::types::scripts::Script;
 use fred::types::Value;
 
+pub use super::batch_script::{batch_lua, cluster_batch_lua};
+
 /// Every algorithm's script, then every lease script, then the batch script, the
-/// all-or-nothing script, the give-back script, the all-or-nothing batch script and
-/// (Redis Cluster only) the cluster batch script, loaded together.
+/// all-or-nothing script, the give-back script and the all-or-nothing batch script (the
+/// batch scripts of the store's kind: a standalone Redis's or Redis Cluster's), loaded
+/// together.
 pub struct Scripts(Vec<Script>);
+
+/// `lua` with each line that is only a comment (`--` after blanks) left empty. Redis
+/// reads a script's whole text at every load (at start, and on `NOSCRIPT` within the
+/// `redis.timeout_ms` of the calls that met it), and comment lines are more than half
+/// of the scripts' text. The lines stay, so an error names the line it names in the
+/// assembled text. The scripts hold no long string or long comment (`[[ … ]]`) for a
+/// comment line to be part of (a unit test checks).
+pub fn uncommented(lua: &str) -> String {
+    let mut out = String::with_capacity(lua.len() / 2);
+    for line in lua.split_inclusive('\n') {
+        if line.trim_start().starts_with("--") {
+            out.push_str(if line.ends_with('\n') { "\n" } else { "" });
+        } else {
+            out.push_str(line);
+        }
+    }
+    out
+}
 
 /// The lease script of an algorithm that takes leases (`lease = "auto"`): prelude, the
 /// shared lease bookkeeping, the parts only some lease scripts share (the window lease
@@ -26,21 +47,27 @@ pub fn lease_lua(kind: Kind) -> Option<&'static str> {
 
 impl Scripts {
     /// The scripts of every algorithm in the table, the lease scripts and the batch
-    /// script; with `clustered`, the cluster batch script too (its `#!lua` flags line
-    /// needs Redis 7 or Valkey 8, so a standalone Redis is never asked to load it).
-    /// Their SHA1 computed once.
+    /// scripts; with `clustered`, Redis Cluster's batch scripts, else a standalone
+    /// Redis's (a cluster's `#!lua` flags line needs Redis 7 or Valkey 8, so a
+    /// standalone Redis is never asked to load one; a cluster never runs the other).
+    /// Their comment lines blanked ([`uncommented`]), their SHA1 computed once.
     pub fn new(clustered: bool) -> Self {
         let decisions = Kind::ALL.iter().map(|k| k.spec().lua);
         let leases = Kind::ALL.iter().map(|k| lease_lua(*k).unwrap_or(""));
-        let mut scripts: Vec<Script> = decisions.chain(leases).map(Script::from_lua).collect();
-        scripts.push(Script::from_lua(batch_lua()));
-        scripts.push(Script::from_lua(super::multi::all_lua()));
-        scripts.push(Script::from_lua(super::multi::give_back_lua()));
-        scripts.push(Script::from_lua(super::multi::all_batch_lua(clustered)));
-        if clustered {
-            scripts.push(Script::from_lua(cluster_batch_lua()));
-        }
-        Scripts(scripts)
+        let mut texts: Vec<String> = decisions.chain(leases).map(str::to_owned).collect();
+        texts.push(match clustered {
+            true => cluster_batch_lua(),
+            false => batch_lua(),
+        });
+        texts.push(super::multi::all_lua());
+        texts.push(super::multi::give_back_lua());
+        texts.push(super::multi::all_batch_lua(clustered));
+        Scripts(
+            texts
+                .iter()
+                .map(|t| Script::from_lua(uncommented(t)))
+                .collect(),
+        )
     }
 
     /// The script of `kind`.
@@ -54,7 +81,8 @@ impl Scripts {
         &self.0[Kind::ALL.len() + kind as usize]
     }
 
-    /// The batch script ([`batch_lua`]).
+    /// The batch script ([`batch_lua`]), the cluster's ([`cluster_batch_lua`]) when
+    /// made for a cluster.
     pub fn batch(&self) -> &Script {
         &self.0[2 * Kind::ALL.len()]
     }
@@ -75,12 +103,6 @@ impl Scripts {
         &self.0[2 * Kind::ALL.len() + 3]
     }
 
-    /// The cluster batch script ([`cluster_batch_lua`]); `None` unless made for a
-    /// cluster.
-    pub fn cluster_batch(&self) -> Option<&Script> {
-        self.0.get(2 * Kind::ALL.len() + 4)
-    }
-
     /// Every script.
     pub fn all(&self) -> &[Script] {
         &self.0
@@ -91,84 +113,6 @@ impl Default for Scripts {
     fn default() -> Self {
         Scripts::new(false)
     }
-}
-
-/// The batch script of a standalone Redis: several decisions, of any algorithms, in one
-/// EVALSHA (`lua/batch.lua` says how it is called and what it returns), each key
-/// declared in `KEYS`. Built from the algorithms' own files: the prelude and their
-/// shared parts once, then each algorithm's script as a function of its `ARGV`, in the
-/// order of [`Kind::ALL`] (the index [`batch_args`] sends). The loop sets the
-/// decision's key as `KEYS[1]` of a table the functions and the prelude's helpers
-/// share.
-pub fn batch_lua() -> String {
-    batch_lua_from("local items, ARGV, keys, KEYS = ARGV, {}, KEYS, {}\nlocal at = 1\n")
-}
-
-/// The batch script of Redis Cluster: [`batch_lua`] for keys of several slots of one
-/// primary. A script's declared keys must share a slot, so one key is declared (to
-/// route the call: [`cluster_batch_call`]) and every decision's key goes in `ARGV`,
-/// which Redis 7 and Valkey 8 allow with the `allow-cross-slot-keys` flag as long as
-/// every key is the node's own. Redis checks each command the script runs as it checks
-/// a command of a client: a key of a slot another node owns, a key absent from a slot
-/// this node is migrating (it may have moved), and a key of a slot it is importing
-/// raise an error before the command runs; the loop (`lua/batch.lua`) returns those as
-/// `ALONE …`, to be sent on their own.
-pub fn cluster_batch_lua() -> String {
-    batch_lua_from(CLUSTER_HEAD)
-}
-
-/// The head of a Redis Cluster script on keys of several slots ([`cluster_batch_lua`]):
-/// `keys` read from `ARGV` ([`cluster_batch_call`]), `at` the index of the first item
-/// after them.
-pub const CLUSTER_HEAD: &str = "#!lua flags=allow-cross-slot-keys\n\
-     local items, ARGV, KEYS = ARGV, {}, {}\n\
-     local keys, at = {}, tonumber(items[1]) + 2\n\
-     for i = 1, at - 2 do\n  keys[i] = items[i + 1]\nend\n";
-
-/// The cluster batch script's `KEYS` and the head of its `ARGV` for `keys`: the first
-/// key declared (the call goes where it lives), then the count of keys and the keys.
-/// Each decision's [`batch_args`] follow.
-pub fn cluster_batch_call(
-    keys: &[fred::types::Key],
-    into: &mut Vec<Value>,
-) -> Vec<fred::types::Key> {
-    into.push(Value::Integer(keys.len() as i64));
-    into.extend(keys.iter().cloned().map(Value::from));
-    keys.first().cloned().into_iter().collect()
-}
-
-/// The batch script with `head` (where the keys come from, and `at`, the index of the
-/// first decision's item in `ARGV`) in front.
-fn batch_lua_from(head: &str) -> String {
-    let mut lua = String::from(head);
-    lua.push_str(include_str!("../../lua/prelude.lua"));
-    let mut parts: Vec<&str> = Vec::new();
-    for part in Kind::ALL.iter().flat_map(|k| k.spec().parts) {
-        if !parts.contains(part) {
-            parts.push(part);
-            lua.push_str(part);
-        }
-    }
-    let mut names = Vec::new();
-    for kind in Kind::ALL {
-        let name = format!("decide_{}", *kind as usize);
-        lua.push_str(&format!("local function {name}(ARGV)\n"));
-        lua.push_str(kind.spec().body);
-        lua.push_str("\nend\n");
-        names.push(name);
-    }
-    lua.push_str(&format!("local algorithms = {{{}}}\n", names.join(", ")));
-    lua.push_str(include_str!("../../lua/batch.lua"));
-    lua
-}
-
-/// One decision's share of the batch script's `ARGV`: its algorithm's index, the count
-/// of its arguments, then `args` (what its own script would take: [`args`] or
-/// [`peek_args`]).
-pub fn batch_args(kind: Kind, args: &[Value], into: &mut Vec<Value>) {
-    into.push(Value::Integer(kind as i64));
-    into.push(Value::Integer(args.len() as i64));
-    into.extend(args.iter().cloned());
 }
 
 /// The Redis key of `tag` (`"<rule>:<key>"`) under `params`' algorithm:
@@ -346,6 +290,27 @@ pub fn lease_reply(params: &Params, reply: &[i64]) -> Result<(Outcome, Granted),
 mod tests {
     use super::*;
     use crate::algorithm::{token_bucket, WindowParams};
+
+    #[test]
+    fn blanked_comment_lines_keep_every_line_and_all_the_code() {
+        let lua = "-- a comment\nlocal x = 1 -- kept\n  -- indented\nreturn x";
+        assert_eq!(uncommented(lua), "\nlocal x = 1 -- kept\n\nreturn x");
+        let scripts = Scripts::new(true);
+        let texts = [batch_lua(), super::super::multi::all_batch_lua(false)];
+        for text in texts
+            .iter()
+            .map(String::as_str)
+            .chain(Kind::ALL.iter().map(|k| k.spec().lua))
+        {
+            // No long string or long comment, whose lines a blanked line could be.
+            assert!(
+                !text.contains("[[") && !text.contains("[="),
+                "a long bracket"
+            );
+            assert_eq!(uncommented(text).lines().count(), text.lines().count());
+        }
+        assert_eq!(scripts.all().len(), 2 * Kind::ALL.len() + 4);
+    }
 
     #[test]
     fn keys_carry_the_tag_and_the_suffix() {

@@ -336,9 +336,18 @@ impl Drop for RedisNode {
 /// EVALSHA calls the Redis at `addr` has served so far (`INFO commandstats`; 0 when it
 /// does not answer).
 pub fn evalsha_calls(addr: &str) -> u64 {
+    command_calls(addr, "evalsha")
+}
+
+/// Calls of `command` (lower case) the Redis at `addr` has run so far, a script's
+/// included (`INFO commandstats`; 0 when it does not answer). `hgetall`: the lease
+/// calls it ran (lua/lease.lua reads a key's hash with it, once per call; no other
+/// script does).
+pub fn command_calls(addr: &str, command: &str) -> u64 {
     let info = redis_text(addr, &["INFO", "commandstats"]).unwrap_or_default();
+    let prefix = format!("cmdstat_{command}:calls=");
     info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
         .and_then(|r| r.split(',').next())
         .and_then(|n| n.parse::<u64>().ok())
         .unwrap_or(0)

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// One cluster for the script-level twins (never resharded).
-fn shared() -> &'static RedisCluster {
+pub(crate) fn shared() -> &'static RedisCluster {
     static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
     CLUSTER.get_or_init(RedisCluster::start)
 }

@@ -13,6 +13,7 @@
 //! itself: a wrong guess is its own `MOVED`, decided locally as before).
 
 use super::RedisStore;
+use crate::store::gate::{self, Gate};
 use crate::store::StoreKey;
 use fred::error::Error;
 use fred::prelude::*;
@@ -46,6 +47,9 @@ pub(super) struct Redirect<'a> {
     pub asking: bool,
     /// The primary that redirected it.
     pub from: &'a str,
+    /// A lease call's gate: it goes only while its caller waits
+    /// ([`crate::store::gate`]).
+    pub gate: Option<&'a Gate>,
 }
 
 impl RedisStore {
@@ -66,7 +70,7 @@ impl RedisStore {
     ) -> Result<Vec<i64>, Error> {
         if to.asking {
             return self
-                .evalsha_asking(to.target, script, key, args, redirect, budget)
+                .evalsha_asking(to, script, key, args, redirect, budget)
                 .await;
         }
         let Some(primary) = self.topology.load().find(to.target).cloned() else {
@@ -75,7 +79,9 @@ impl RedisStore {
         if to.target == to.from || primary.health.is_open() || !primary.client.is_connected() {
             return Err(redirect);
         }
-        let call = script.evalsha::<Vec<i64>, _, _, _>(&primary.client, key.0.clone(), args);
+        let call = gate::send(to.gate, || {
+            script.evalsha::<Vec<i64>, _, _, _>(&primary.client, key.0.clone(), args)
+        });
         let followed = |why: &str| {
             let details = format!("{} (followed to {}: {why})", redirect.details(), to.target);
             Error::new(redirect.kind().clone(), details)
@@ -87,8 +93,8 @@ impl RedisStore {
         }
     }
 
-    /// EVALSHA of `script` for `key` with `args` on the primary named `target` (an
-    /// `ASK` redirection's), after an `ASKING`, within `budget` (what is left of the
+    /// EVALSHA of `script` for `key` with `args` on the primary `to` names (an `ASK`
+    /// redirection's), after an `ASKING`, within `budget` (what is left of the
     /// decision's `redis.timeout_ms`, so that this call, not the old owner, is what ran
     /// out of time); its integer reply.
     ///
@@ -102,13 +108,14 @@ impl RedisStore {
     /// hears nothing of the new owner's failure.
     async fn evalsha_asking(
         &self,
-        target: &str,
+        to: Redirect<'_>,
         script: &Script,
         key: &StoreKey,
         args: Vec<Value>,
         redirect: Error,
         budget: Duration,
     ) -> Result<Vec<i64>, Error> {
+        let target = to.target;
         let followed = |why: &str| {
             let details = format!("{} (followed to {target}: {why})", redirect.details());
             Error::new(redirect.kind().clone(), details)
@@ -119,7 +126,9 @@ impl RedisStore {
         if primary.health.is_open() || !primary.client.is_connected() {
             return Err(followed("that primary is down"));
         }
-        let call = Self::asking_then_evalsha(&primary.client, script, key, args);
+        let call = gate::send(to.gate, || {
+            Self::asking_then_evalsha(&primary.client, script, key, args)
+        });
         match tokio::time::timeout(budget, call).await {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(e)) => Err(followed(e.details())),

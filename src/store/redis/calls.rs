@@ -7,6 +7,7 @@ use super::{tier, RedisStore};
 use crate::algorithm::{Outcome, Params};
 use crate::clock::mono_us;
 use crate::lease::{Granted, Request};
+use crate::store::gate::{CloseOnDrop, Gate};
 use crate::store::health::CallSent;
 use crate::store::scripts;
 use crate::store::topology::Primary;
@@ -77,11 +78,21 @@ impl Store for RedisStore {
     ) -> impl Future<Output = Result<(Outcome, Granted), StoreError>> + Send {
         let store = Arc::clone(self);
         let on = Arc::clone(&primary);
-        self.held(primary, hold, async move {
+        // Stamped when the call goes out, alone or in a batch.
+        let sent = Arc::new(CallSent::default());
+        let stamp = Arc::clone(&sent);
+        // Open while this future waits: none of the call's sends goes out after.
+        let gate = Gate::new();
+        let closes = CloseOnDrop(Arc::clone(&gate));
+        let call = self.held_sent(primary, hold, sent, async move {
             store
-                .lease_unbounded(&on, &key, &params, cost, &request)
+                .lease_call(&on, &key, &params, cost, &request, stamp, &gate)
                 .await
-        })
+        });
+        async move {
+            let _closes = closes;
+            call.await
+        }
     }
 
     fn shard(&self, key: &StoreKey) -> u16 {
@@ -100,8 +111,11 @@ impl Store for RedisStore {
     ) -> impl Future<Output = Result<Vec<crate::store::multi::Taken>, StoreError>> + Send {
         let store = Arc::clone(self);
         let on = Arc::clone(&primary);
-        self.held(primary, hold, async move {
-            store.together_unbounded(&on, &items).await
+        // Stamped when the group goes out, alone or in a batch.
+        let sent = Arc::new(CallSent::default());
+        let stamp = Arc::clone(&sent);
+        self.held_sent(primary, hold, sent, async move {
+            store.together_unbounded(&on, &items, stamp).await
         })
     }
 
@@ -113,8 +127,11 @@ impl Store for RedisStore {
     ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send {
         let store = Arc::clone(self);
         let on = Arc::clone(&primary);
-        self.held(primary, hold, async move {
-            store.give_back_unbounded(&on, &items).await
+        // Stamped when the give-back goes out, alone or in a batch.
+        let sent = Arc::new(CallSent::default());
+        let stamp = Arc::clone(&sent);
+        self.held_sent(primary, hold, sent, async move {
+            store.give_back_unbounded(&on, &items, stamp).await
         })
     }
 

@@ -6,7 +6,8 @@
 use super::ask;
 use super::RedisStore;
 use crate::algorithm::{Outcome, Params};
-use crate::store::batch::{batchable, Answer, Job};
+use crate::store::batch::{batchable, Call, Job};
+use crate::store::gate::{self, Gate};
 use crate::store::health::CallSent;
 use crate::store::scripts;
 use crate::store::topology::Primary;
@@ -50,25 +51,15 @@ impl RedisStore {
             let (reply, answer) = oneshot::channel();
             let job = Job {
                 key: key.clone(),
-                kind: params.kind(),
+                call: Call::Decide(params.kind()),
                 args: decision_args(params, cost, peek),
                 since,
                 sent: Arc::clone(&sent),
+                gate: None,
                 reply,
             };
-            if primary.batch.submit(job).is_ok() {
-                // Only a bug of this process drops a job unanswered: the key's problem
-                // (an `ERR`), decided without Redis, not a failure of Redis.
-                match answer.await {
-                    Ok(Answer::Replied(reply)) => return scripts::outcome(&reply?),
-                    Ok(Answer::Alone) => {}
-                    Err(_) => {
-                        return Err(Error::new(
-                            ErrorKind::Unknown,
-                            "ERR the batch sender stopped",
-                        ))
-                    }
-                }
+            if let Some(reply) = self.batched(primary, job, answer).await {
+                return scripts::outcome(&reply?);
             }
         }
         sent.mark();
@@ -107,7 +98,8 @@ impl RedisStore {
         let args = || decision_args(params, cost, peek);
         // Boxed: fred's call future is several kB, and inline it would make every
         // decision's future (batched ones included) as large.
-        let reply = Box::pin(self.run_script_since(primary, script, key, args, since)).await?;
+        let reply =
+            Box::pin(self.run_script_since(primary, script, key, args, since, None)).await?;
         scripts::outcome(&reply)
     }
 
@@ -122,7 +114,7 @@ impl RedisStore {
         key: &StoreKey,
         args: impl Fn() -> Vec<Value>,
     ) -> Result<Vec<i64>, Error> {
-        self.run_script_since(primary, script, key, args, Instant::now())
+        self.run_script_since(primary, script, key, args, Instant::now(), None)
             .await
     }
 
@@ -134,7 +126,9 @@ impl RedisStore {
     /// for a caller waiting since `since`: an `ASK` (the slot is migrating and the key
     /// has moved) to the new owner after an `ASKING`, a `MOVED` (the slot has moved and
     /// the slot map has not caught up yet) to its owner if it is a primary of the map;
-    /// either way the key's slot is held in doubt ([`super::unsettled`]).
+    /// either way the key's slot is held in doubt ([`super::unsettled`]). A lease call's
+    /// `gate` lets each of those sends go out only while its caller waits
+    /// ([`crate::store::gate`]).
     ///
     /// # Errors
     /// What Redis or the connection reports, the reload's included.
@@ -145,12 +139,15 @@ impl RedisStore {
         key: &StoreKey,
         args: impl Fn() -> Vec<Value>,
         since: Instant,
+        gate: Option<&Gate>,
     ) -> Result<Vec<i64>, Error> {
         let mut generation = primary.reloads.load(Ordering::Acquire);
         let mut reloads = 0;
         loop {
-            let reply: Result<Vec<i64>, Error> =
-                script.evalsha(&primary.client, key.0.clone(), args()).await;
+            let reply: Result<Vec<i64>, Error> = gate::send(gate, || {
+                script.evalsha(&primary.client, key.0.clone(), args())
+            })
+            .await;
             let redirect = match &reply {
                 Err(e) => ask::redirect_target(e).map(|(to, asking)| (to.to_string(), asking)),
                 Ok(_) => None,
@@ -167,6 +164,7 @@ impl RedisStore {
                         target: &target,
                         asking,
                         from: primary.name(),
+                        gate,
                     };
                     return self
                         .evalsha_redirected(to, script, key, args(), e, budget)

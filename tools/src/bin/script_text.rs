@@ -5,10 +5,11 @@
 //! cargo run -p ratelimitd-tools --bin script_text -- batch         # the batch script (lua/batch.lua)
 //! cargo run -p ratelimitd-tools --bin script_text -- all_batch     # the all-or-nothing batch script (lua/all_batch.lua), standalone
 //! cargo run -p ratelimitd-tools --bin script_text -- token_bucket  # an algorithm's own script
+//! cargo run -p ratelimitd-tools --bin script_text -- lease_token_bucket  # its lease script
 //! ```
 //!
 //! Run bare (and under `cargo test`), it checks that every algorithm has its
-//! function in the batch script and prints nothing.
+//! function in the batch script, and every lease script its own, and prints nothing.
 
 use ratelimitd::algorithm::Kind;
 use ratelimitd::store::multi::all_batch_lua;
@@ -33,26 +34,37 @@ fn main() -> ExitCode {
         print!("{}", all_batch_lua(false));
         return ExitCode::SUCCESS;
     }
-    match Kind::from_name(&name) {
-        Some(kind) => {
+    let lease = name.strip_prefix("lease_").and_then(Kind::from_name);
+    match (Kind::from_name(&name), lease.and_then(|k| k.spec().lease)) {
+        (Some(kind), _) => {
             print!("{}", kind.spec().lua);
             ExitCode::SUCCESS
         }
-        None => {
+        (None, Some(lua)) => {
+            print!("{lua}");
+            ExitCode::SUCCESS
+        }
+        (None, None) => {
             eprintln!(
-                "script_text: no script named {name:?} (batch, all_batch, or an algorithm's name)"
+                "script_text: no script named {name:?} (batch, all_batch, an algorithm's name, or lease_ and the name of one that takes leases)"
             );
             ExitCode::FAILURE
         }
     }
 }
 
-/// The algorithms whose function the batch script lacks (none, when it is whole).
+/// The algorithms whose decision's or lease call's function the batch script lacks
+/// (none, when it is whole).
 fn missing_in_batch() -> Vec<&'static str> {
     let batch = batch_lua();
     Kind::ALL
         .iter()
-        .filter(|k| !batch.contains(&format!("local function decide_{}(", **k as usize)))
+        .filter(|k| {
+            let i = **k as usize;
+            let leased = k.spec().lease.is_some();
+            !batch.contains(&format!("local function decide_{i}("))
+                || (leased && !batch.contains(&format!("local function lease_{i}(")))
+        })
         .map(|k| k.spec().name)
         .collect()
 }
