@@ -50,20 +50,10 @@ pub(crate) fn keys_on(
     n: usize,
     avoid: &[usize],
 ) -> Vec<String> {
-    let mut slots = avoid.to_vec();
-    let mut keys = Vec::new();
-    for i in 0.. {
-        let key = format!("rl:{{tb:{stem}{i}}}:tb");
-        let s = slot(&key);
-        if owners[s].0 == primary && !slots.contains(&s) {
-            slots.push(s);
-            keys.push(key);
-            if keys.len() == n {
-                break;
-            }
-        }
-    }
-    keys
+    crate::cluster_batch_leases::keys_of("tb", owners, primary, stem, n, avoid)
+        .into_iter()
+        .map(|name| format!("rl:{{tb:{name}}}:tb"))
+        .collect()
 }
 
 /// One decision's item of the batch script: algorithm index, argument count, the

@@ -6,12 +6,12 @@
 
 use crate::cluster_batch::{owners, slot, Migration};
 use crate::cluster_batch_leases::{cluster_config, keys_of};
+use crate::cluster_batch_moves::load_through_migration;
 use crate::common;
 
 use common::*;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The Redis key of `rule`'s key `name` (every rule here is a token bucket).
 fn redis_key(rule: &str, name: &str) -> String {
@@ -170,55 +170,9 @@ fn a_slot_migrating_under_batched_leased_load_keeps_every_key_within_its_bound()
     let _ready = crate::secure_redis::connect_in_redis(&d, "rf");
     let count = |what: &str| -> u64 { addrs.iter().map(|a| command_calls(a, what)).sum() };
     let (calls_before, leases_before) = (count("evalsha"), count("hgetall"));
-    let stop = AtomicBool::new(false);
     let started = Instant::now();
-    // Per connection: (key index, sent, answered, reply).
-    type Asked = Vec<(usize, Instant, Instant, Reply)>;
-    let asked: Vec<Asked> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..4)
-            .map(|w| {
-                let (d, stop, names) = (&d, &stop, &names);
-                s.spawn(move || {
-                    let mut c = d.connect();
-                    let mut out = Vec::new();
-                    let mut i = w * 12;
-                    while !stop.load(Ordering::Relaxed) && out.len() < 400_000 {
-                        let picked: Vec<usize> =
-                            (0..16).map(|j| (i + j * 3) % names.len()).collect();
-                        i += 7;
-                        let lines: Vec<String> = picked
-                            .iter()
-                            .map(|&k| format!("CHECK tb {}", names[k]))
-                            .collect();
-                        let sent = Instant::now();
-                        let replies = c.pipeline(&lines);
-                        let answered = Instant::now();
-                        out.extend(
-                            picked
-                                .into_iter()
-                                .zip(replies)
-                                .map(|(k, l)| (k, sent, answered, parse_reply(&l))),
-                        );
-                    }
-                    out
-                })
-            })
-            .collect();
-        std::thread::sleep(Duration::from_millis(700));
-        let m = Migration::start(&cluster, moving, &dst);
-        let keys: Vec<String> = names[..16].iter().map(|n| redis_key("tb", n)).collect();
-        for chunk in keys.chunks(2) {
-            m.migrate(&cluster, chunk);
-            std::thread::sleep(Duration::from_millis(60));
-        }
-        m.finish(&cluster);
-        std::thread::sleep(Duration::from_millis(1200));
-        stop.store(true, Ordering::Relaxed);
-        workers
-            .into_iter()
-            .map(|w| w.join().expect("worker"))
-            .collect()
-    });
+    let keys: Vec<String> = names[..16].iter().map(|n| redis_key("tb", n)).collect();
+    let asked = load_through_migration(&d, &names, 400_000, &cluster, (moving, &keys), &dst);
     let elapsed = started.elapsed();
     let (calls, leases) = (
         count("evalsha") - calls_before,

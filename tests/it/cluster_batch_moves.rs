@@ -9,7 +9,7 @@ use crate::common;
 
 use common::*;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// A daemon config for `cluster`: a token bucket `tb` of `capacity`, refilling at
@@ -60,55 +60,15 @@ fn a_slot_migrating_under_batched_load_keeps_every_key_within_its_bound() {
     );
     let _ready = crate::secure_redis::connect_in_redis(&d, "tb");
     let calls_before: u64 = addrs.iter().map(|a| evalsha_calls(a)).sum();
-    let stop = std::sync::atomic::AtomicBool::new(false);
     let started = Instant::now();
-    // Per connection: (key index, sent, answered, reply).
-    type Asked = Vec<(usize, Instant, Instant, Reply)>;
-    let asked: Vec<Asked> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..4)
-            .map(|w| {
-                let (d, stop, tags) = (&d, &stop, &tags);
-                s.spawn(move || {
-                    let mut c = d.connect();
-                    let mut out = Vec::new();
-                    let mut i = w * 12;
-                    // Bounded in time and in count.
-                    while !stop.load(Ordering::Relaxed) && out.len() < 40_000 {
-                        let picked: Vec<usize> =
-                            (0..16).map(|j| (i + j * 3) % tags.len()).collect();
-                        i += 7;
-                        let lines: Vec<String> = picked
-                            .iter()
-                            .map(|&k| format!("CHECK tb {}", tags[k]))
-                            .collect();
-                        let sent = Instant::now();
-                        let replies = c.pipeline(&lines);
-                        let answered = Instant::now();
-                        out.extend(
-                            picked
-                                .into_iter()
-                                .zip(replies)
-                                .map(|(k, l)| (k, sent, answered, parse_reply(&l))),
-                        );
-                    }
-                    out
-                })
-            })
-            .collect();
-        std::thread::sleep(Duration::from_millis(700));
-        let m = Migration::start(&cluster, moving_slot, &dst);
-        for chunk in keys[..16].chunks(2) {
-            m.migrate(&cluster, chunk);
-            std::thread::sleep(Duration::from_millis(60));
-        }
-        m.finish(&cluster);
-        std::thread::sleep(Duration::from_millis(1200));
-        stop.store(true, Ordering::Relaxed);
-        workers
-            .into_iter()
-            .map(|w| w.join().expect("worker"))
-            .collect()
-    });
+    let asked = load_through_migration(
+        &d,
+        &tags,
+        40_000,
+        &cluster,
+        (moving_slot, &keys[..16]),
+        &dst,
+    );
     let elapsed = started.elapsed();
     let calls = addrs.iter().map(|a| evalsha_calls(a)).sum::<u64>() - calls_before;
     let all: Vec<&(usize, Instant, Instant, Reply)> = asked.iter().flatten().collect();
@@ -248,4 +208,67 @@ fn a_key_whose_primary_just_lost_its_slot_is_redirected_and_the_others_decided()
         "in 5 attempts the moved key never met its old owner in a batch:\n{}",
         d.log_tail(30)
     );
+}
+
+/// Per connection: (key index, sent, answered, reply).
+pub(crate) type Asked = Vec<(usize, Instant, Instant, Reply)>;
+
+/// Loads `d` from four connections, each pipelining 16 `CHECK tb <name>` of `names` at a
+/// time (a stride of its own), at most `cap` replies each, while the slot of `moving`
+/// (its Redis keys, moved two at a time) migrates to `dst`, 700 ms in; stops 1.2 s after
+/// the migration. Returns each connection's replies.
+pub(crate) fn load_through_migration(
+    d: &Daemon,
+    names: &[String],
+    cap: usize,
+    cluster: &RedisCluster,
+    (slot, moving): (usize, &[String]),
+    dst: &str,
+) -> Vec<Asked> {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..4)
+            .map(|w| {
+                let stop = &stop;
+                s.spawn(move || {
+                    let mut c = d.connect();
+                    let mut out = Vec::new();
+                    let mut i = w * 12;
+                    // Bounded in time and in count.
+                    while !stop.load(Ordering::Relaxed) && out.len() < cap {
+                        let picked: Vec<usize> =
+                            (0..16).map(|j| (i + j * 3) % names.len()).collect();
+                        i += 7;
+                        let lines: Vec<String> = picked
+                            .iter()
+                            .map(|&k| format!("CHECK tb {}", names[k]))
+                            .collect();
+                        let sent = Instant::now();
+                        let replies = c.pipeline(&lines);
+                        let answered = Instant::now();
+                        out.extend(
+                            picked
+                                .into_iter()
+                                .zip(replies)
+                                .map(|(k, l)| (k, sent, answered, parse_reply(&l))),
+                        );
+                    }
+                    out
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(700));
+        let m = Migration::start(cluster, slot, dst);
+        for chunk in moving.chunks(2) {
+            m.migrate(cluster, chunk);
+            std::thread::sleep(Duration::from_millis(60));
+        }
+        m.finish(cluster);
+        std::thread::sleep(Duration::from_millis(1200));
+        stop.store(true, Ordering::Relaxed);
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("worker"))
+            .collect()
+    })
 }
