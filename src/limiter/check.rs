@@ -54,16 +54,8 @@ impl<S: Store> Limiter<S> {
         peer: &Peer,
         generation: u64,
     ) -> Check {
-        let rule = &entry.rule;
-        if !rule.all_of.is_empty() {
-            return Check::Ready(Err(CheckError::Composite {
-                rule: rule.name.clone(),
-            }));
-        }
-        if rule.params.kind() == crate::algorithm::Kind::Concurrency {
-            return Check::Ready(Err(CheckError::Concurrency {
-                rule: rule.name.clone(),
-            }));
+        if let Some(refused) = unservable(&entry.rule) {
+            return Check::Ready(Err(refused));
         }
         // A per-key override decides with its own parameters; a run-time one
         // (`OVERRIDE`, as last seen from Redis) wins over a static one.
@@ -73,27 +65,8 @@ impl<S: Store> Limiter<S> {
             .get_with(|| self.keys.of(base.rule.name.as_bytes(), key));
         let entry = tiered.as_ref().unwrap_or(base);
         let rule = &entry.rule;
-        // Against the rules in force for this request: a reload that removes a uid
-        // applies to connections already open.
-        if !entry.detached && !peer.may(&rule.access) {
-            return Check::Ready(Err(CheckError::Forbidden {
-                rule: rule.name.clone(),
-                uid: peer.uid,
-                gid: peer.gid,
-            }));
-        }
-        // Above the rule's own limit too: an override seen may be stale (Redis says).
-        if u64::from(cost) > rule.limit() && u64::from(cost) > base.rule.limit() {
-            return Check::Ready(Err(CheckError::CostAboveLimit {
-                cost,
-                rule: rule.name.clone(),
-                limit: rule.limit(),
-            }));
-        }
-        // The tag "<rule>:<key>" is hashed from its parts: local decisions and cache
-        // hits never build it; a Redis call builds it on the stack, then its Redis key.
-        if !fits(rule.name.as_bytes(), key) {
-            return Check::Ready(Err(CheckError::KeyTooLong));
+        if let Some(refused) = refusal(entry, base, key, cost, peer) {
+            return Check::Ready(Err(refused));
         }
         let key_bytes = key;
         let key = self.keys.of(rule.name.as_bytes(), key_bytes);
@@ -205,4 +178,49 @@ impl<S: Store> Limiter<S> {
             tracing::warn!(rule, key_hash, %error, suppressed, "Redis could not decide a key; decided per on_redis_failure (further such errors logged at most every 10 s)");
         }
     }
+}
+
+/// Why a `CHECK` of `rule` is refused whatever its key: a composite rule is decided by
+/// [`Limiter::check_composite`], a concurrency rule's slots by `ACQUIRE`.
+fn unservable(rule: &Rule) -> Option<CheckError> {
+    if !rule.all_of.is_empty() {
+        return Some(CheckError::Composite {
+            rule: rule.name.clone(),
+        });
+    }
+    (rule.params.kind() == crate::algorithm::Kind::Concurrency).then(|| CheckError::Concurrency {
+        rule: rule.name.clone(),
+    })
+}
+
+/// Why `peer`'s request of `cost` units of `key` is refused under `entry` (the rule in
+/// force for the key; `base` the rule's own, without a run-time override), if it is.
+fn refusal(
+    entry: &ActiveRule,
+    base: &ActiveRule,
+    key: &[u8],
+    cost: u32,
+    peer: &Peer,
+) -> Option<CheckError> {
+    let rule = &entry.rule;
+    // Against the rules in force for this request: a reload that removes a uid
+    // applies to connections already open.
+    if !entry.detached && !peer.may(&rule.access) {
+        return Some(CheckError::Forbidden {
+            rule: rule.name.clone(),
+            uid: peer.uid,
+            gid: peer.gid,
+        });
+    }
+    // Above the rule's own limit too: an override seen may be stale (Redis says).
+    if u64::from(cost) > rule.limit() && u64::from(cost) > base.rule.limit() {
+        return Some(CheckError::CostAboveLimit {
+            cost,
+            rule: rule.name.clone(),
+            limit: rule.limit(),
+        });
+    }
+    // The tag "<rule>:<key>" is hashed from its parts: local decisions and cache
+    // hits never build it; a Redis call builds it on the stack, then its Redis key.
+    (!fits(rule.name.as_bytes(), key)).then_some(CheckError::KeyTooLong)
 }
