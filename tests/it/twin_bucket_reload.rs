@@ -19,47 +19,13 @@ use ratelimitd::algorithm::Kind;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::common;
+/// A holder's lease as a daemon keeps it: µ-tokens, a slice's cap and refill.
+use crate::twin_leases::Holder as Lease;
 
 static CASE: AtomicU64 = AtomicU64::new(0);
 
 /// µ-tokens per token.
 const MICRO: u64 = 1_000_000;
-
-/// A holder's lease as a daemon keeps it: µ-tokens, a slice's cap and refill
-/// (µ-tokens/s), spent only before `deadline` (µs).
-#[derive(Debug, Default, Clone, Copy)]
-struct Lease {
-    grant: i64,
-    units: u64,
-    cap: u64,
-    rate: u64,
-    accrued_at: u64,
-    deadline: u64,
-}
-
-impl Lease {
-    /// A slice's refill up to `now` (never past its deadline).
-    fn accrue(&mut self, now: u64) {
-        let until = now.min(self.deadline);
-        if self.rate > 0 && until > self.accrued_at {
-            let add = u128::from(self.rate) * u128::from(until - self.accrued_at) / 1_000_000;
-            self.units = (self.units + add as u64).min(self.cap);
-            self.accrued_at = until;
-        }
-    }
-
-    fn spend(&mut self, now: u64) -> bool {
-        if self.grant == 0 || now >= self.deadline {
-            return false;
-        }
-        self.accrue(now);
-        if self.units >= MICRO {
-            self.units -= MICRO;
-            return true;
-        }
-        false
-    }
-}
 
 /// A bucket key of `cap` tokens.
 struct Bucket {
@@ -112,6 +78,7 @@ impl Bucket {
                 rate: r[9] as u64,
                 accrued_at: now,
                 deadline: (now + life).saturating_sub(1000 + life / 1000),
+                ..Lease::default()
             };
         }
         r[0] == 1
@@ -173,7 +140,7 @@ fn drain(
                     bucket.lease(h, &mut leases[h], rate, at, 0);
                 }
                 bucket.plain(rate, at)
-            } else if leases[h].spend(at) {
+            } else if leases[h].spend(1, at) {
                 true
             } else if at >= next_call[h] && (leases[h].grant == 0 || at >= leases[h].deadline) {
                 let ok = bucket.lease(h, &mut leases[h], rate, at, 100);

@@ -14,6 +14,7 @@
 
 use crate::common;
 use crate::reference;
+use crate::twin_leases::Holder;
 use crate::twins::{lua_call, model_of};
 
 use common::*;
@@ -63,43 +64,6 @@ fn set_override(key: &str, params: Option<&Params>) {
         Some(p) => redis_command(&addr, &["HSET", key, "ov", &ov_of(p).0]).expect("HSET"),
         None => redis_command(&addr, &["HDEL", key, "ov"]).expect("HDEL"),
     };
-}
-
-/// One holder's lease as a daemon keeps it (`src/lease/state.rs`), in µ-units.
-#[derive(Debug, Default, Clone)]
-struct Holder {
-    grant: i64,
-    units: u64,
-    cap: u64,
-    /// µ-units/s.
-    rate: u64,
-    accrued_at: u64,
-    /// Spent only before this (µs).
-    deadline: u64,
-}
-
-impl Holder {
-    fn accrue(&mut self, now: u64) {
-        let until = now.min(self.deadline);
-        if self.rate > 0 && until > self.accrued_at {
-            let add = u128::from(self.rate) * u128::from(until - self.accrued_at) / 1_000_000;
-            self.units = (self.units + add as u64).min(self.cap);
-            self.accrued_at = until;
-        }
-    }
-
-    /// Spends `cost` units at `now` if the lease holds them.
-    fn spend(&mut self, cost: u64, now: u64) -> bool {
-        if self.grant == 0 || now >= self.deadline {
-            return false;
-        }
-        self.accrue(now);
-        if self.units >= cost * UNIT {
-            self.units -= cost * UNIT;
-            return true;
-        }
-        false
-    }
 }
 
 /// A key of a leased rule and its holders.
@@ -163,6 +127,7 @@ impl Key {
                 rate: r[9] as u64,
                 accrued_at: now,
                 deadline: (now + life).saturating_sub(1000 + life / 1000),
+                ..Holder::default()
             };
         }
         r

@@ -29,25 +29,25 @@ static CASE: AtomicU64 = AtomicU64::new(0);
 const UNIT: u64 = 1_000_000;
 
 /// One holder's lease as a daemon keeps it (`src/lease/state.rs`).
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Holder {
     pub(crate) grant: i64,
     /// µ-units unspent.
     pub(crate) units: u64,
-    cap: u64,
+    pub(crate) cap: u64,
     /// µ-units/s.
     pub(crate) rate: u64,
-    accrued_at: u64,
+    pub(crate) accrued_at: u64,
     /// Spent only before this (µs).
     pub(crate) deadline: u64,
     /// When the call that took it was sent (and answered: at once here), and how long
     /// before its lifetime it stops being spent (µs), named back with it.
-    sent: u64,
-    spare: u64,
+    pub(crate) sent: u64,
+    pub(crate) spare: u64,
 }
 
 impl Holder {
-    fn accrue(&mut self, now: u64) {
+    pub(crate) fn accrue(&mut self, now: u64) {
         let until = now.min(self.deadline);
         if self.rate > 0 && until > self.accrued_at {
             let add = u128::from(self.rate) * u128::from(until - self.accrued_at) / 1_000_000;
