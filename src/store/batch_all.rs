@@ -42,10 +42,13 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-/// At most this many groups per EVALSHA (each of at most 8 keys: a `CHECKALL`'s
-/// triples), so one script holds Redis about as long as a full batch of single
-/// decisions ([`batch::MAX_BATCH`]) when groups have two keys.
-pub const MAX_GROUPS: usize = 32;
+/// At most this many keys per EVALSHA, over all its groups and give-backs (a group
+/// weighs its keys, [`GroupJob::weight`]): a key of a group costs Redis about what a
+/// single decision does (80,000 instructions against 70,000 when allowed,
+/// `benches/script_instructions.sh`), so one script holds Redis about as long as a
+/// full batch of single decisions ([`batch::MAX_BATCH`]). A group of more keys than
+/// this still goes, alone.
+pub const MAX_KEYS: usize = batch::MAX_BATCH;
 
 /// What a batch did with one group.
 pub(super) enum GroupAnswer {
@@ -83,6 +86,12 @@ impl Queued for GroupJob {
     fn since(&self) -> Instant {
         self.since
     }
+
+    /// Its keys: one-key groups (a Redis Cluster's reservations) fill a batch as
+    /// single decisions do, groups of eight weigh eight.
+    fn weight(&self) -> usize {
+        self.keys.len().max(1)
+    }
 }
 
 /// The queue of one primary's groups and give-backs, and its sender task.
@@ -90,14 +99,14 @@ pub(super) type GroupBatcher = Queue<GroupJob>;
 
 impl Queue<GroupJob> {
     /// Starts the sender task for `primary` (once), as [`batch::Batcher`]'s: batches of
-    /// at most [`MAX_GROUPS`], the first group queued at most `timeout` ÷
+    /// of at most [`MAX_KEYS`] keys, the first group queued at most `timeout` ÷
     /// [`batch::QUEUED_AT_MOST`].
     pub fn start(&self, store: Weak<RedisStore>, primary: Weak<Primary>, timeout: Duration) {
         let queued_at_most = timeout / batch::QUEUED_AT_MOST;
         self.run(
             store,
             primary,
-            MAX_GROUPS,
+            MAX_KEYS,
             queued_at_most,
             |store, primary, groups| async move {
                 store.send_groups(&primary, groups).await;
