@@ -76,6 +76,15 @@ pub const TAKE_US: u64 = 50_000;
 pub const PACE_US: u64 = 200_000;
 /// Demand is counted in slots of this length, µs.
 pub const SLOT_US: u64 = 100_000;
+/// The current slot's count is a rate over its age, but over at least this long, µs: a
+/// key that just became hot is asked at the rate of its first milliseconds, not at a
+/// tenth of it, and a burst of a few units in a slot's first microseconds does not
+/// read as a rate of millions.
+pub const RATE_SPAN_US: u64 = 25_000;
+/// A slice sized by a demand that has since doubled is renewed no sooner than this after
+/// its grant, µs: long enough for the demand counted since to be a rate
+/// ([`RATE_SPAN_US`]), short next to a slice's life.
+pub const OUTGROWN_US: u64 = 50_000;
 /// A key with at least this many units asked in the current or the previous slot is hot.
 pub const HOT_UNITS: u64 = 8;
 /// A lease ends this much before its lifetime on our clock (the two clocks' rates may
@@ -261,7 +270,7 @@ impl<H> LeasedKey<H> {
             return (ask, flight);
         }
         let span = if s.saturated { PACE_US } else { TAKE_US };
-        let want = ((s.rate() * span as f64 / 1e6).ceil() as u64)
+        let want = ((s.rate(now) * span as f64 / 1e6).ceil() as u64)
             .max(cost)
             .max(1);
         // A slice is sized by the demand's rate, which may be many times the capacity;

@@ -2,7 +2,7 @@
 //! in a mutex): the grant it holds and may spend until its deadline, a slice's refill,
 //! and the demand counted in slots that makes a key hot.
 
-use super::{HOT_UNITS, PACE_US, SLOT_US, UNIT};
+use super::{HOT_UNITS, OUTGROWN_US, RATE_SPAN_US, SLOT_US, UNIT};
 
 /// One key's lease state on this host.
 ///
@@ -97,23 +97,29 @@ impl State {
         self.last_use = now;
     }
 
-    /// Units per second asked lately.
-    pub(super) fn rate(&self) -> f64 {
-        self.slot_units.max(self.prev_units) as f64 * 1e6 / SLOT_US as f64
+    /// Units per second asked lately, at `now`: the previous slot's count over its
+    /// length, or the current one's over its age (at least [`RATE_SPAN_US`]), whichever
+    /// is higher.
+    pub(super) fn rate(&self, now: u64) -> f64 {
+        let age = now
+            .saturating_sub(self.slot_start)
+            .clamp(RATE_SPAN_US, SLOT_US);
+        let current = self.slot_units as f64 * 1e6 / age as f64;
+        current.max(self.prev_units as f64 * 1e6 / SLOT_US as f64)
     }
 
     /// True when the slice held was sized by the demand its call reported, not by its
     /// share (its refill rate is at least the rate asked: Redis caps a slice at the
     /// demand over the bucket's fill time), and the demand counted since is over twice
-    /// that rate, [`PACE_US`] or more after the grant: renewed now, it asks for the
+    /// that rate, [`OUTGROWN_US`] or more after the grant: renewed now, it asks for the
     /// demand of now. A key's first slice is asked with the demand of the slots that made
     /// the key hot, often a small part of what follows; kept for its whole life it would
     /// hold the host at that rate for 1.5 s.
     pub(super) fn outgrown(&self, now: u64) -> bool {
         self.asked_rate > 0
             && self.rate >= self.asked_rate
-            && now.saturating_sub(self.grant_got) >= PACE_US
-            && self.rate() * UNIT as f64 >= 2.0 * self.rate as f64
+            && now.saturating_sub(self.grant_got) >= OUTGROWN_US
+            && self.rate(now) * UNIT as f64 >= 2.0 * self.rate as f64
     }
 
     pub(super) fn hot(&self) -> bool {

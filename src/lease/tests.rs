@@ -398,7 +398,7 @@ fn a_witness_calls_when_due_without_giving_its_own_lease_back() {
 }
 
 /// A slice sized by the demand its call reported (its rate at least the rate asked) is
-/// renewed, for the demand of now, once the demand has doubled and [`PACE_US`] has
+/// renewed, for the demand of now, once the demand has doubled and [`OUTGROWN_US`] has
 /// passed since its grant; a slice its share capped (a rate below the one asked) is not,
 /// nor is any slice sooner.
 #[test]
@@ -434,11 +434,15 @@ fn a_slice_the_demand_outgrew_is_renewed_early_and_a_capped_one_is_not() {
         // The demand is many times the slice's rate from here on.
         let burst = |at: u64| (0..50).map(|_| s.spend(1, at, true)).collect::<Vec<_>>();
         let calls = |r: &[Local]| r.iter().filter(|l| matches!(l, Local::Call { .. })).count();
-        assert_eq!(calls(&burst(t2 + PACE_US / 2)), 0, "not before PACE_US");
-        let later = burst(t2 + 100 + PACE_US);
+        assert_eq!(
+            calls(&burst(t2 + OUTGROWN_US / 2)),
+            0,
+            "not before OUTGROWN_US"
+        );
+        let later = burst(t2 + 100 + OUTGROWN_US);
         assert_eq!(calls(&later) > 0, demand_sized, "{later:?}");
         if demand_sized {
-            let (again, _flight) = s.begin(1, 1000, true, t2 + 100 + PACE_US, &holder());
+            let (again, _flight) = s.begin(1, 1000, true, t2 + 100 + OUTGROWN_US, &holder());
             assert_eq!(again.given_back, 3, "the slice is given back");
             assert!(
                 again.want > ask.want,

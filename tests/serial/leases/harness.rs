@@ -135,7 +135,11 @@ pub fn load(
 }
 
 /// The load loop of [`load`]: each thread folds each round's replies, with the epoch µs
-/// at which the round was sent and read, into its own `T` with `record`.
+/// at which the round was sent and read, into its own `T` with `record`. The threads'
+/// rounds are staggered evenly over `every` (thread *i* starts `every × i ÷ clients`
+/// late), so that the daemon is asked about every `every ÷ clients`, not `clients`
+/// rounds at once every `every`: a bucket that fills in a few `every` then overflows
+/// only when several threads are late together.
 pub fn load_with<T: Default + Send + 'static>(
     socket: &std::path::Path,
     line: &str,
@@ -146,16 +150,18 @@ pub fn load_with<T: Default + Send + 'static>(
     record: impl Fn(&mut T, &[String], (u64, u64)) + Clone + Send + 'static,
 ) -> Vec<thread::JoinHandle<T>> {
     (0..clients)
-        .map(|_| {
+        .map(|i| {
             let socket = socket.to_path_buf();
             let lines: Vec<String> = vec![line.to_string(); batch];
+            let offset = every * i as u32 / clients as u32;
             let stop = Arc::clone(stop);
             let record = record.clone();
             thread::spawn(move || {
                 let mut c = Client::connect(&socket);
                 c.set_read_timeout(Duration::from_secs(10));
                 let mut acc = T::default();
-                let mut next = Instant::now();
+                let mut next = Instant::now() + offset;
+                thread::sleep(offset);
                 while !stop.load(Ordering::Relaxed) {
                     let sent = epoch_us();
                     let replies = c.pipeline(&lines);
