@@ -24,6 +24,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+mod admitted;
 mod checks;
 mod load;
 mod report;
@@ -35,6 +36,7 @@ mod outages;
 mod partial;
 mod paused;
 
+use admitted::*;
 use checks::*;
 use common::*;
 use load::*;

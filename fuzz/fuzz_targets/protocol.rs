@@ -2,7 +2,7 @@
 //! (`ratelimitd::protocol::frame`), then, for each line, the daemon's own dispatch
 //! (`ratelimitd::server::dispatch::handle`: the request parser, the rule lookup, the cost
 //! check and a local decision in `redis.mode = "none"`), exactly as a connection calls
-//! them. Only the socket I/O around them is left out (tests/it/socket.rs and
+//! them. Only the socket I/O around them is left out (tests/it/socket/ and
 //! tests/it/garbage.rs drive that over a real socket).
 //!
 //! Input layout: byte 0 picks `max_line_bytes` (8..=263, small so that over-long lines

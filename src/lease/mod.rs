@@ -351,3 +351,5 @@ impl<H> LeasedKey<H> {
 mod tests;
 #[cfg(test)]
 mod tests_override;
+#[cfg(test)]
+mod tests_slices;

@@ -15,7 +15,8 @@
 
 //! One file per kind of helper:
 //! * [`process`]: waiting, free ports, temp dirs, children that die with the test;
-//! * [`redis`]: the RESP2 client, one redis-server, a standalone Redis;
+//! * [`redis_client`]: the RESP2 client, `redis-cli`, a server's command counts;
+//! * [`redis`]: one redis-server, a standalone Redis;
 //! * [`cluster`]: a Redis Cluster and its faults;
 //! * [`daemon`]: the daemon under test and its metrics endpoint;
 //! * [`client`]: the line-protocol client and CHECK replies;
@@ -29,7 +30,8 @@ pub mod daemon;
 pub mod envoy;
 pub mod process;
 pub mod redis;
+pub mod redis_client;
 
 // Every test file uses its own subset of these.
 #[allow(unused_imports)]
-pub use {client::*, cluster::*, daemon::*, envoy::*, process::*, redis::*};
+pub use {client::*, cluster::*, daemon::*, envoy::*, process::*, redis::*, redis_client::*};

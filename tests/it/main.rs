@@ -66,6 +66,7 @@ mod twin_leases;
 mod twin_leases_batched;
 mod twin_leases_fixed;
 mod twin_leases_reload;
+mod twin_lua;
 mod twin_slots;
 mod twin_window_jump;
 mod twins;
