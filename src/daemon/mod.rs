@@ -16,12 +16,13 @@ use crate::systemd::{self, ActivationError};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
 
 mod heartbeat;
+mod socket;
 
 use heartbeat::start_heartbeat;
+use socket::Socket;
 
 /// How long start-up waits for Redis before serving from local buckets.
 const STARTUP_REDIS_WAIT: Duration = Duration::from_millis(1500);
@@ -252,81 +253,6 @@ async fn serve_until_stopped(
         () = shutdown.cancelled() => {
             if tokio::time::timeout(SHUTDOWN_GRACE, &mut serving).await.is_err() {
                 tracing::warn!("connections still open after {SHUTDOWN_GRACE:?}; closing them");
-            }
-        }
-    }
-}
-
-/// The socket the daemon serves: the one systemd passed, or `server.socket` bound here.
-struct Socket {
-    /// `server.socket`.
-    configured: PathBuf,
-    /// The path served (`None`: systemd passed a socket without one).
-    served: Option<PathBuf>,
-    /// Passed by systemd.
-    activated: bool,
-    /// The socket file this daemon created: only that one is removed at shutdown.
-    bound: Option<(u64, u64)>,
-}
-
-impl Socket {
-    /// The listener systemd passed (`activated`), else `server.socket` bound now.
-    fn open(
-        config: &Config,
-        activated: Option<(UnixListener, Option<PathBuf>)>,
-    ) -> Result<(UnixListener, Socket), StartError> {
-        let configured = config.server.socket.clone();
-        let (listener, socket) = match activated {
-            Some((listener, path)) => {
-                if path.as_deref() != Some(configured.as_path()) {
-                    tracing::warn!(
-                        configured = %configured.display(), passed = ?path,
-                        "server.socket differs from the socket systemd passed; serving the one systemd passed"
-                    );
-                }
-                let socket = Socket {
-                    configured,
-                    served: path,
-                    activated: true,
-                    bound: None,
-                };
-                (listener, socket)
-            }
-            None => {
-                let listener = server::bind(&configured, config.server.socket_mode)?;
-                let socket = Socket {
-                    bound: server::socket::identity(&configured),
-                    served: Some(configured.clone()),
-                    configured,
-                    activated: false,
-                };
-                (listener, socket)
-            }
-        };
-        tracing::info!(
-            socket = %socket.served.as_deref().unwrap_or(&socket.configured).display(),
-            socket_activated = socket.activated,
-            rules = config.rules.len(),
-            "ratelimitd serving"
-        );
-        Ok((listener, socket))
-    }
-
-    /// Removes the socket file at shutdown if this daemon created it and it is still
-    /// there. A socket passed by systemd is systemd's: it stays, listening for the next
-    /// start.
-    fn remove(self) {
-        if self.activated {
-            return;
-        }
-        let socket = &self.configured;
-        match server::socket::remove_if_ours(socket, self.bound) {
-            Ok(true) => {}
-            Ok(false) => {
-                tracing::warn!(socket = %socket.display(), "the socket file was replaced or removed while serving; left as it is")
-            }
-            Err(e) => {
-                tracing::warn!(socket = %socket.display(), error = %e, "could not remove the socket file")
             }
         }
     }
