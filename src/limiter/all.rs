@@ -312,19 +312,8 @@ impl<S: Store> Limiter<S> {
 /// key too long.
 fn refusal(entry: &ActiveRule, key: &[u8], cost: u32, peer: &Peer) -> Option<CheckError> {
     let r = &entry.rule;
-    if !entry.detached && !peer.may(&r.access) {
-        return Some(CheckError::Forbidden {
-            rule: r.name.clone(),
-            uid: peer.uid,
-            gid: peer.gid,
-        });
-    }
-    if u64::from(cost) > r.limit() {
-        return Some(CheckError::CostAboveLimit {
-            cost,
-            rule: r.name.clone(),
-            limit: r.limit(),
-        });
+    if let Some(refused) = super::check::forbidden_or_above(entry, entry, cost, peer) {
+        return Some(refused);
     }
     if r.lease {
         return Some(CheckError::Leased {

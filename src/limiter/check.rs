@@ -80,21 +80,15 @@ impl<S: Store> Limiter<S> {
         };
 
         let Some(redis) = &self.redis else {
-            let now = clock.now_us();
-            return decided(
-                self.local
-                    .decide(key, rule.limit(), &rule.params, rule.sketch_tag, cost, now),
-                clock,
-            );
+            let (limit, now) = (rule.limit(), clock.now_us());
+            let local = self
+                .local
+                .decide(key, limit, &rule.params, rule.sketch_tag, cost, now);
+            return decided(local, clock);
         };
         // A cached DENY answers, also the request that claims an expired entry's
         // refresh (below); leased rules decide from their lease, without the cache.
-        let lookup = if rule.lease {
-            Lookup::Miss
-        } else {
-            self.cache.lookup(key, cost, clock.now_us())
-        };
-        let refresh = match lookup {
+        let refresh = match self.cached(rule, key, cost, clock.now_us()) {
             Lookup::Hit(cached) => return decided(cached, clock),
             Lookup::Miss => None,
             Lookup::Refresh(cached) => Some(cached),
@@ -110,8 +104,14 @@ impl<S: Store> Limiter<S> {
         let redis_key = redis.key(tag, &rule.params);
         // Only the primary owning this key's slot matters: keys of healthy primaries
         // keep going to Redis while another primary is down.
-        let route = redis.route(&redis_key);
-        let query = |route| query::Query {
+        let Some(route) = redis.route(&redis_key) else {
+            // Answered from the cached DENY it claimed (the entry then lapses at the
+            // end of its grace), or per the rule's `on_redis_failure`.
+            let now = clock.now_us();
+            let without = || decide_without_redis(&self.local, rule, key, cost, now);
+            return decided(refresh.unwrap_or_else(without), clock);
+        };
+        let query = query::Query {
             limiter: Arc::clone(self),
             redis: Arc::clone(redis),
             route,
@@ -122,29 +122,48 @@ impl<S: Store> Limiter<S> {
             cost,
             generation,
         };
-        // This request claimed the refresh of an expired cached DENY: it is answered
-        // from the entry like the others, and a dry run refreshes the entry in the
-        // background, gathered with the other refreshes claimed within a few ms (unless
-        // the primary is down or the daemon at its cap of calls in flight to Redis: then
-        // the entry lapses at the end of its grace).
-        if let Some(cached) = refresh {
-            if let (Some(route), Some(slot)) = (route, peer.background_permit()) {
-                self.refreshes.push(query(route), slot);
-            }
-            return decided(cached, clock);
+        self.ask(query, refresh, key_bytes, peer, clock)
+    }
+
+    /// The deny cache's entry for `key` under `rule` at `now_us`; a leased rule's
+    /// requests decide from its lease, never from the cache ([`Lookup::Miss`]).
+    fn cached(&self, rule: &Rule, key: crate::key::KeyHash, cost: u32, now_us: f64) -> Lookup {
+        if rule.lease {
+            Lookup::Miss
+        } else {
+            self.cache.lookup(key, cost, now_us)
         }
-        let Some(route) = route else {
-            let now = clock.now_us();
-            return decided(
-                decide_without_redis(&self.local, rule, key, cost, now),
-                clock,
-            );
-        };
+    }
+
+    /// Sends `query` to Redis for a client waiting on it; or, when this request claimed
+    /// the refresh of an expired cached DENY (`refresh`), answers from that entry like
+    /// the other requests, and a dry run refreshes the entry in the background,
+    /// gathered with the other refreshes claimed within a few ms (unless the daemon is
+    /// at its cap of calls in flight to Redis: then the entry lapses at the end of its
+    /// grace).
+    fn ask(
+        self: &Arc<Self>,
+        query: query::Query<S>,
+        refresh: Option<Decision>,
+        key_bytes: &[u8],
+        peer: &Peer,
+        clock: &mut BatchClock,
+    ) -> Check {
+        let (key, cost) = (query.key, query.cost);
+        if let Some(cached) = refresh {
+            let answer = query
+                .entry
+                .decided_now(key, key_bytes, cached, clock.now_us());
+            if let Some(slot) = peer.background_permit() {
+                self.refreshes.push(query, slot);
+            }
+            return Check::Ready(Ok(answer));
+        }
         let Some(slot) = peer.call_permit() else {
-            return self.no_redis_slot(entry, key, cost, peer);
+            return self.no_redis_slot(&query.entry, key, cost, peer);
         };
-        entry.sent(key, key_bytes, clock.now_us());
-        Check::Redis(Box::pin(query(route).decide(slot)))
+        query.entry.sent(key, key_bytes, clock.now_us());
+        Check::Redis(Box::pin(query.decide(slot)))
     }
 
     /// The answer when `peer` holds its share of the requests in flight to Redis (or the
@@ -203,6 +222,24 @@ fn refusal(
     peer: &Peer,
 ) -> Option<CheckError> {
     let rule = &entry.rule;
+    if let Some(refused) = forbidden_or_above(entry, base, cost, peer) {
+        return Some(refused);
+    }
+    // The tag "<rule>:<key>" is hashed from its parts: local decisions and cache
+    // hits never build it; a Redis call builds it on the stack, then its Redis key.
+    (!fits(rule.name.as_bytes(), key)).then_some(CheckError::KeyTooLong)
+}
+
+/// Why `peer` may not ask `cost` units under `entry` (`base`: the rule's own entry for
+/// the key, before a run-time override), if it may not: the rule forbidden to it, or a
+/// cost above the limit.
+pub(super) fn forbidden_or_above(
+    entry: &ActiveRule,
+    base: &ActiveRule,
+    cost: u32,
+    peer: &Peer,
+) -> Option<CheckError> {
+    let rule = &entry.rule;
     // Against the rules in force for this request: a reload that removes a uid
     // applies to connections already open.
     if !entry.detached && !peer.may(&rule.access) {
@@ -220,7 +257,5 @@ fn refusal(
             limit: rule.limit(),
         });
     }
-    // The tag "<rule>:<key>" is hashed from its parts: local decisions and cache
-    // hits never build it; a Redis call builds it on the stack, then its Redis key.
-    (!fits(rule.name.as_bytes(), key)).then_some(CheckError::KeyTooLong)
+    None
 }

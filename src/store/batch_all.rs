@@ -140,21 +140,7 @@ impl RedisStore {
             .flat_map(|g| g.keys.iter().map(|k| k.0.clone()))
             .collect();
         let cluster = self.clustered;
-        let mut args = Vec::with_capacity(
-            groups.iter().map(|g| g.args.len() + 1).sum::<usize>() + keys.len() + 1,
-        );
-        let declared = match cluster {
-            true => super::batch_script::cluster_batch_call(&keys, &mut args),
-            false => keys.clone(),
-        };
-        for g in &groups {
-            match g.call {
-                GroupCall::Together => multi::all_batch_args(g.keys.len(), &g.args, &mut args),
-                GroupCall::GiveBack => {
-                    multi::give_back_batch_args(g.keys.len(), &g.args, &mut args);
-                }
-            }
-        }
+        let (declared, args) = batch_call(cluster, &keys, &groups);
         let script = self.scripts.all_batch();
         let answer: Result<Value, Error> = self.run_on_keys(primary, script, declared, args).await;
         let replies = match answer {
@@ -216,6 +202,26 @@ fn is_redirect(e: &Error) -> bool {
 }
 
 /// Gives every group of `groups` the error `e` of the whole call.
+/// The keys to declare and the arguments of the all-or-nothing batch script for
+/// `groups` (`keys`: their keys, in order): on a standalone Redis every key is declared;
+/// in Redis Cluster one routes the call and the others are arguments
+/// ([`super::batch_script::cluster_batch_call`]).
+fn batch_call(cluster: bool, keys: &[Key], groups: &[GroupJob]) -> (Vec<Key>, Vec<Value>) {
+    let mut args =
+        Vec::with_capacity(groups.iter().map(|g| g.args.len() + 1).sum::<usize>() + keys.len() + 1);
+    let declared = match cluster {
+        true => super::batch_script::cluster_batch_call(keys, &mut args),
+        false => keys.to_vec(),
+    };
+    for g in groups {
+        match g.call {
+            GroupCall::Together => multi::all_batch_args(g.keys.len(), &g.args, &mut args),
+            GroupCall::GiveBack => multi::give_back_batch_args(g.keys.len(), &g.args, &mut args),
+        }
+    }
+    (declared, args)
+}
+
 fn answer_all(groups: Vec<GroupJob>, e: &Error) {
     for g in groups {
         drop(g.reply.send(GroupAnswer::Replied(Err(e.clone()))));
